@@ -1,0 +1,126 @@
+"""The client side: validate what the caller asks for, then insert it in the caller's transaction.
+
+Enqueue is one INSERT on a connection the application already holds (promise 3): the target is
+the caller's ORM Session or Connection, whose transaction the job joins, or an Engine, in which
+case dbqueue opens and commits a short transaction of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session
+
+from . import payload as payload_codec
+from .engine import NewJob
+from .errors import ConfigurationError
+from .identifiers import check_queue_name, check_task_name
+
+_INT32 = (-(2**31), 2**31 - 1)
+_TEXT_LIMITS = {"external_key": 255, "origin": 255, "destination": 255, "business_group": 100}
+
+Target = Session | Connection | Engine
+
+
+@contextlib.contextmanager
+def connection_for(target: Any) -> Iterator[Connection]:
+    """A Connection inside the caller's transaction (or a fresh one for an Engine)."""
+    if isinstance(target, Session):
+        yield target.connection()
+    elif isinstance(target, Connection):
+        yield target
+    elif isinstance(target, Engine):
+        with target.begin() as conn:
+            yield conn
+    else:
+        raise TypeError(
+            f"cannot enqueue through {type(target).__name__}: pass a SQLAlchemy ORM Session or "
+            "Connection (the job joins its transaction) or an Engine (dbqueue commits at once)"
+        )
+
+
+def _check_int(name: str, value: Any, minimum: int = _INT32[0]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{name}={value!r} must be a whole number")
+    if not minimum <= value <= _INT32[1]:
+        raise ConfigurationError(f"{name}={value!r} must be between {minimum} and {_INT32[1]}")
+    return value
+
+
+def _check_text(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        value = str(value)
+    limit = _TEXT_LIMITS[name]
+    if len(value) > limit:
+        raise ConfigurationError(f"{name} is {len(value)} characters long; the limit is {limit}")
+    return value
+
+
+def _check_timing(delay: Any, run_at: Any) -> tuple[float | None, dt.datetime | None]:
+    if delay is not None and run_at is not None:
+        raise ConfigurationError("pass either delay or run_at, not both")
+    if isinstance(delay, dt.timedelta):
+        delay = delay.total_seconds()
+    if delay is not None:
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+            raise ConfigurationError(
+                f"delay={delay!r} must be a number of seconds (or a timedelta), 0 or more"
+            )
+        delay = float(delay) or None
+    if run_at is not None:
+        if not isinstance(run_at, dt.datetime):
+            raise ConfigurationError(f"run_at={run_at!r} must be a datetime")
+        if run_at.tzinfo is None:
+            raise ConfigurationError(
+                f"run_at={run_at!r} has no time zone: pass an aware datetime, e.g. "
+                "datetime.now(timezone.utc) + timedelta(minutes=5)"
+            )
+    return delay, run_at
+
+
+def build_job(
+    task: str,
+    payload: Any,
+    *,
+    queue: str,
+    priority: int,
+    max_attempts: int,
+    max_payload_bytes: int | None,
+    delay: float | dt.timedelta | None = None,
+    run_at: dt.datetime | None = None,
+    external_key: str | None = None,
+    origin: str | None = None,
+    destination: str | None = None,
+    tenant: int | None = None,
+    business_group: str | None = None,
+    publication_id: int | None = None,
+    subscription_id: str | None = None,
+) -> NewJob:
+    """Validate one job request; every problem is reported before anything touches the database."""
+    check_task_name(task)
+    check_queue_name(queue)
+    delay, run_at = _check_timing(delay, run_at)
+    if tenant is not None:
+        tenant = _check_int("tenant", tenant, minimum=-(2**63))
+    return NewJob(
+        task=task,
+        payload=payload_codec.encode(payload, max_payload_bytes),
+        queue=queue,
+        priority=_check_int("priority", priority),
+        max_attempts=_check_int("max_attempts", max_attempts, minimum=1),
+        delay=delay,
+        run_at=run_at,
+        external_key=_check_text("external_key", external_key),
+        origin=_check_text("origin", origin),
+        destination=_check_text("destination", destination),
+        tenant=tenant,
+        business_group=_check_text("business_group", business_group),
+        publication_id=publication_id,
+        subscription_id=subscription_id,
+    )

@@ -1,0 +1,118 @@
+"""The interface every database module implements.
+
+A Dialect holds each thing that differs between databases — clock expressions, column types,
+engine set-up, error classification and capability flags read from the server version — so the
+engine and everything above it never test a database's name (SQLAlchemy's own dialects work the
+same way: ``supports_*`` flags filled in when the first connection reveals the version).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.engine.interfaces import Dialect as SADialect
+from sqlalchemy.sql.elements import ColumnElement
+
+
+class Dialect(abc.ABC):
+    #: dbqueue's name for the database (the ``--dialect`` choice).
+    name: ClassVar[str]
+    #: SQLAlchemy dialect names this module serves.
+    sqlalchemy_names: ClassVar[tuple[str, ...]]
+    #: driver part of URLs built from DB_HOST/DB_PORT/... variables.
+    url_driver: ClassVar[str]
+    default_port: ClassVar[int | None] = None
+    #: claim strategy used when none is asked for.
+    default_strategy: ClassVar[str]
+
+    def __init__(self, sa_dialect: SADialect) -> None:
+        self.sa_dialect = sa_dialect
+        self.server_version: tuple = tuple(
+            v for v in (sa_dialect.server_version_info or ()) if isinstance(v, int)
+        )
+
+    # ---- capabilities (may depend on the server version) -------------------------------------
+    supports_skip_locked: bool = False
+    supports_savepoints: bool = True
+    supports_named_locks: bool = False
+    supports_listen_notify: bool = False
+    #: the database admits one writer at a time (SQLite): a write transaction is exclusive.
+    single_writer: bool = False
+    #: ALTER TABLE is too limited: Alembic must rebuild tables ("batch" mode, SQLite).
+    needs_batch_alter: bool = False
+
+    @property
+    def server_description(self) -> str:
+        return f"{self.name} {'.'.join(map(str, self.server_version)) or '(unknown version)'}"
+
+    def skip_locked_unsupported_reason(self) -> str:
+        return f"{self.server_description} has no SELECT ... FOR UPDATE SKIP LOCKED"
+
+    def named_locks_unsupported_reason(self) -> str:
+        return f"{self.server_description} has no connection-scoped named (advisory) locks"
+
+    # ---- SQL that differs ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def now(self) -> ColumnElement:
+        """The database's current UTC time, the one clock all workers agree on."""
+
+    @abc.abstractmethod
+    def now_plus(self, seconds: float | ColumnElement) -> ColumnElement:
+        """``now()`` moved by a number of seconds: a Python number (bound as a parameter, never
+        SQL text) or a SQL expression such as a ``bindparam`` for executemany."""
+
+    # ---- column types -------------------------------------------------------------------------
+    @classmethod
+    def json_type(cls) -> sa.types.TypeEngine | None:
+        """Column type holding payload JSON; None keeps the portable text column."""
+        return None
+
+    @classmethod
+    def timestamp_type(cls) -> sa.types.TypeEngine | None:
+        return None
+
+    @classmethod
+    def server_now_default(cls) -> Any:
+        """DDL default for timestamp columns, so plain SQL INSERTs get the same clock."""
+        return sa.func.current_timestamp()
+
+    # ---- engines ------------------------------------------------------------------------------
+    @classmethod
+    def engine_kwargs(cls) -> dict[str, Any]:
+        """Keyword arguments for engines dbqueue creates itself from a URL."""
+        return {"pool_pre_ping": True}
+
+    @classmethod
+    def configure_engine(cls, engine: Engine) -> None:
+        """Install event hooks on an engine dbqueue created (e.g. SQLite's BEGIN IMMEDIATE)."""
+
+    @classmethod
+    def normalize_url(cls, url: sa.engine.URL) -> sa.engine.URL:
+        return url
+
+    # ---- errors -------------------------------------------------------------------------------
+    def is_missing_table(self, exc: BaseException) -> bool:
+        return False
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Deadlocks, lock wait timeouts, serialisation failures: retry the whole transaction."""
+        return False
+
+
+def seconds_expression(seconds: float | ColumnElement) -> ColumnElement:
+    """A number of seconds as a typed SQL value."""
+    if isinstance(seconds, ColumnElement):
+        return sa.cast(seconds, sa.Float())
+    return sa.literal(float(seconds), sa.Float())
+
+
+def driver_code(exc: BaseException) -> Any:
+    """The driver's error code (first argument of PyMySQL errors, pgcode for psycopg2)."""
+    orig = getattr(exc, "orig", exc)
+    code = getattr(orig, "pgcode", None)
+    if code is None and getattr(orig, "args", None):
+        code = orig.args[0]
+    return code

@@ -1,0 +1,67 @@
+"""SQLite, the embedded default: one writer at a time, so the database itself serialises claims.
+
+SQLite has no row locks and SQLAlchemy's SQLite compiler silently drops ``with_for_update()``, so
+exclusivity comes from ``BEGIN IMMEDIATE``: every dbqueue transaction takes the write lock when it
+begins (a deferred transaction that later writes fails with SQLITE_BUSY instead of waiting), WAL
+lets readers run beside the writer, and ``busy_timeout`` makes a second writer wait its turn.
+All processes must share one host (WAL needs shared memory).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.sql.elements import ColumnElement
+
+from .base import Dialect, seconds_expression
+
+_CLOCK_FORMAT = "%Y-%m-%d %H:%M:%f"  # UTC, the layout SQLAlchemy stores datetimes in
+BUSY_TIMEOUT_MS = 30_000
+
+
+class SQLiteDialect(Dialect):
+    name = "sqlite"
+    sqlalchemy_names = ("sqlite",)
+    url_driver = "sqlite"
+    default_strategy = "sqlite"
+    single_writer = True
+    needs_batch_alter = True
+
+    def skip_locked_unsupported_reason(self) -> str:
+        return "SQLite has no row locks (no SKIP LOCKED); use --strategy sqlite (the default)"
+
+    def now(self) -> ColumnElement:
+        return sa.func.strftime(_CLOCK_FORMAT, "now")
+
+    def now_plus(self, seconds: float | ColumnElement) -> ColumnElement:
+        modifier = sa.func.printf("%+.6f seconds", seconds_expression(seconds))
+        return sa.func.strftime(_CLOCK_FORMAT, "now", modifier)
+
+    @classmethod
+    def server_now_default(cls) -> Any:
+        return sa.text(f"(strftime('{_CLOCK_FORMAT}', 'now'))")
+
+    @classmethod
+    def configure_engine(cls, engine: Engine) -> None:
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_connection: Any, record: Any) -> None:
+            # Take transaction control away from pysqlite so that BEGIN IMMEDIATE and SAVEPOINT
+            # mean what they say.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(connection: Any) -> None:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def is_missing_table(self, exc: BaseException) -> bool:
+        return "no such table" in str(getattr(exc, "orig", exc))
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return "database is locked" in str(getattr(exc, "orig", exc))

@@ -1,0 +1,401 @@
+"""The job lifecycle in SQLAlchemy Core: insert, claim query, complete, fail, dead-letter, admin.
+
+One QueueEngine serves one set of queue tables on one database. Every statement it builds is the
+same on every database; what differs (the clock, column types) comes from the Dialect, and how a
+claim is made exclusive comes from the strategy, which calls ``runnable()``. Nothing here tests a
+database's name.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from . import payload as payload_codec
+from .dialects import Dialect
+from .errors import SchemaMissingError
+from .job import Job, MalformedPayload, Status
+from .schema import MAX_MESSAGE_CHARS, QueueTables
+from .sqltypes import UtcDateTime
+
+# Columns a claim returns; Job has one attribute for each.
+_JOB_COLUMNS = tuple(name for name in Job.__slots__ if name not in ("started_at",))
+
+
+def truncate(message: str | None) -> str | None:
+    if message is None or len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return message[: MAX_MESSAGE_CHARS - 20] + "\n…[truncated]"
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One job to insert; built and validated by the client API."""
+
+    task: str
+    payload: payload_codec.EncodedPayload | None
+    queue: str
+    priority: int
+    max_attempts: int
+    delay: float | None = None
+    run_at: dt.datetime | None = None
+    external_key: str | None = None
+    origin: str | None = None
+    destination: str | None = None
+    tenant: int | None = None
+    business_group: str | None = None
+    publication_id: int | None = None
+    subscription_id: str | None = None
+    dead: bool = False
+    live_id: int | None = None
+
+    def values(self) -> dict[str, Any]:
+        row = {
+            "task": self.task,
+            "queue": self.queue,
+            "payload": self.payload,
+            "payload_hash": payload_codec.payload_hash(self.payload)
+            if self.payload is not None
+            else None,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "external_key": self.external_key,
+            "origin": self.origin,
+            "destination": self.destination,
+            "tenant": self.tenant,
+            "business_group": self.business_group,
+            "publication_id": self.publication_id,
+            "subscription_id": self.subscription_id,
+            "dead": self.dead,
+            "live_id": self.live_id,
+        }
+        if self.run_at is not None:
+            row["run_at"] = self.run_at
+        return row
+
+    @property
+    def timing(self) -> str:
+        """How run_at is set: by the server default, from a delay, or to an explicit time."""
+        if self.run_at is not None:
+            return "run_at"
+        return "delay" if self.delay else "now"
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    counts: dict[str, int]
+    scheduled: int
+    oldest_runnable_age: float | None
+
+
+class QueueEngine:
+    def __init__(self, tables: QueueTables, dialect: Dialect) -> None:
+        self.tables = tables
+        self.dialect = dialect
+        self.jobs = tables.jobs
+        self._job_columns = [self.jobs.c[name] for name in _JOB_COLUMNS]
+
+    # ---- enqueue ------------------------------------------------------------------------------
+    def insert(self, conn: Connection, job: NewJob) -> int:
+        stmt = sa.insert(self.jobs).values(job.values())
+        if job.timing == "delay":
+            stmt = stmt.values(run_at=self.dialect.now_plus(job.delay))
+        with self.translate_errors():
+            result = conn.execute(stmt)
+        return int(result.inserted_primary_key[0])
+
+    def insert_many(self, conn: Connection, jobs: Sequence[NewJob]) -> list[int]:
+        """Insert with one statement per timing kind (usually one); ids come back in order.
+
+        On databases whose INSERT cannot return ids (MySQL 8, SingleStore) the list is empty.
+        """
+        groups: dict[str, list[int]] = {}
+        for index, job in enumerate(jobs):
+            groups.setdefault(job.timing, []).append(index)
+        ids: list[int | None] = [None] * len(jobs)
+        returning = conn.dialect.insert_returning and conn.dialect.insert_executemany_returning
+        for timing, indexes in groups.items():
+            rows = [jobs[i].values() for i in indexes]
+            stmt = sa.insert(self.jobs)
+            if timing == "delay":
+                for i, row in zip(indexes, rows, strict=True):
+                    row["delay_seconds"] = float(jobs[i].delay or 0)
+                delay = sa.bindparam("delay_seconds", type_=sa.Float())
+                stmt = stmt.values(run_at=self.dialect.now_plus(delay))
+            with self.translate_errors():
+                if returning:
+                    result = conn.execute(
+                        stmt.returning(self.jobs.c.id, sort_by_parameter_order=True), rows
+                    )
+                    for i, new_id in zip(indexes, result.scalars(), strict=True):
+                        ids[i] = int(new_id)
+                else:
+                    conn.execute(stmt, rows)
+        return [i for i in ids if i is not None]
+
+    # ---- claim --------------------------------------------------------------------------------
+    def db_now(self) -> sa.ColumnElement:
+        """The database clock, typed so that Python receives an aware UTC datetime."""
+        return sa.type_coerce(self.dialect.now(), UtcDateTime())
+
+    def runnable(self, queue: str, limit: int) -> sa.Select:
+        """Runnable jobs of one queue in claim order; strategies add their locking to it."""
+        j = self.jobs
+        return (
+            sa.select(*self._job_columns, self.db_now().label("started_at"))
+            .where(
+                j.c.status == Status.AVAILABLE, j.c.queue == queue, j.c.run_at <= self.dialect.now()
+            )
+            .order_by(j.c.priority, j.c.run_at, j.c.id)
+            .limit(limit)
+        )
+
+    def mark_running(self, conn: Connection, ids: Sequence[int], worker_id: str) -> None:
+        """For strategies whose claim is committed before the handler runs (lock-based)."""
+        j = self.jobs
+        conn.execute(
+            sa.update(j)
+            .where(j.c.id.in_(ids), j.c.status == Status.AVAILABLE)
+            .values(
+                status=Status.RUNNING,
+                attempt=j.c.attempt + 1,
+                started_at=self.dialect.now(),
+                first_attempt_at=sa.func.coalesce(j.c.first_attempt_at, self.dialect.now()),
+                worker_id=worker_id,
+                updated_at=self.dialect.now(),
+            )
+        )
+
+    # ---- outcomes -----------------------------------------------------------------------------
+    def complete(
+        self,
+        conn: Connection,
+        done: Sequence[tuple[Job, str | None]],
+        *,
+        attempt_increment: int,
+        expected_status: str,
+        worker_id: str,
+    ) -> int:
+        """Mark a batch succeeded with one UPDATE; returns how many rows it changed."""
+        if not done:
+            return 0
+        j = self.jobs
+        messages = {job.id: truncate(message) for job, message in done if message is not None}
+        started = done[0][0].started_at
+        message = sa.case(messages, value=j.c.id, else_=sa.null()) if messages else sa.null()
+        now = self.dialect.now()
+        result = conn.execute(
+            sa.update(j)
+            .where(j.c.id.in_([job.id for job, _ in done]), j.c.status == expected_status)
+            .values(
+                status=Status.SUCCEEDED,
+                attempt=j.c.attempt + attempt_increment,
+                message=message,
+                started_at=started,
+                first_attempt_at=sa.func.coalesce(j.c.first_attempt_at, started),
+                finished_at=now,
+                updated_at=now,
+                worker_id=worker_id,
+            )
+        )
+        return result.rowcount
+
+    def fail(
+        self,
+        conn: Connection,
+        job: Job,
+        message: str,
+        *,
+        retry_in: float | None,
+        attempt_increment: int,
+        expected_status: str,
+        worker_id: str,
+        dead_letter: bool,
+    ) -> int | None:
+        """Record a failed attempt: retry after ``retry_in`` seconds, or mark the job dead.
+
+        When the job dies and its task has a dead handler, a new job with the same payload, the
+        dead flag and the live job's id is inserted in the same transaction (the seed's
+        dead queue). Returns that new job's id, if any.
+        """
+        j = self.jobs
+        message = truncate(message)
+        now = self.dialect.now()
+        values: dict[str, Any] = {
+            "attempt": j.c.attempt + attempt_increment,
+            "message": message,
+            "started_at": job.started_at,
+            "first_attempt_at": sa.func.coalesce(j.c.first_attempt_at, job.started_at),
+            "previous_attempt_at": job.started_at,
+            "previous_status": Status.FAILED,
+            "previous_message": message,
+            "updated_at": now,
+            "worker_id": worker_id,
+        }
+        if retry_in is None:
+            values.update(status=Status.DEAD, finished_at=now)
+        else:
+            values.update(status=Status.AVAILABLE, run_at=self.dialect.now_plus(retry_in))
+        conn.execute(
+            sa.update(j).where(j.c.id == job.id, j.c.status == expected_status).values(values)
+        )
+        if retry_in is None and dead_letter and not job.dead:
+            return self.insert(conn, self.dead_letter_of(job))
+        return None
+
+    @staticmethod
+    def dead_letter_of(job: Job) -> NewJob:
+        stored = job.payload
+        encoded = (
+            payload_codec.EncodedPayload(stored.raw)
+            if isinstance(stored, MalformedPayload)
+            else payload_codec.encode(stored, max_bytes=None)
+        )
+        return NewJob(
+            task=job.task,
+            payload=encoded,
+            queue=job.queue,
+            priority=job.priority,
+            max_attempts=job.max_attempts,
+            external_key=job.external_key,
+            origin=job.origin,
+            destination=job.destination,
+            tenant=job.tenant,
+            business_group=job.business_group,
+            publication_id=job.publication_id,
+            subscription_id=job.subscription_id,
+            dead=True,
+            live_id=job.id,
+        )
+
+    # ---- queries ------------------------------------------------------------------------------
+    def get(self, conn: Connection, job_id: int) -> dict[str, Any] | None:
+        with self.translate_errors():
+            row = conn.execute(sa.select(self.jobs).where(self.jobs.c.id == job_id)).first()
+        return dict(row._mapping) if row is not None else None
+
+    def find_equivalent(
+        self,
+        conn: Connection,
+        task: str,
+        encoded: payload_codec.EncodedPayload,
+        statuses: Iterable[str],
+        filters: dict[str, Any],
+    ) -> list[dict[str, Any]]:
+        j = self.jobs
+        stmt = sa.select(self.jobs).where(
+            j.c.task == task,
+            j.c.payload_hash == payload_codec.payload_hash(encoded),
+            j.c.status.in_(list(statuses)),
+        )
+        for column, value in filters.items():
+            stmt = stmt.where(j.c[column].is_(None) if value is None else j.c[column] == value)
+        with self.translate_errors():
+            rows = conn.execute(stmt.order_by(j.c.id)).all()
+        return [dict(row._mapping) for row in rows]
+
+    def stats(self, conn: Connection) -> tuple[list[QueueStats], dt.datetime]:
+        """Counts per queue and status, scheduled jobs, and the age of the oldest runnable job."""
+        j = self.jobs
+        now = self.dialect.now()
+        waiting = j.c.status == Status.AVAILABLE
+        scheduled = sa.case((sa.and_(waiting, j.c.run_at > now), 1), else_=0)
+        runnable_since = sa.case((sa.and_(waiting, j.c.run_at <= now), j.c.run_at), else_=None)
+        stmt = sa.select(
+            j.c.queue,
+            j.c.status,
+            sa.func.count().label("n"),
+            sa.func.sum(scheduled).label("scheduled"),
+            sa.type_coerce(sa.func.min(runnable_since), UtcDateTime()).label("oldest"),
+        ).group_by(j.c.queue, j.c.status)
+        with self.translate_errors():
+            db_now = conn.execute(sa.select(self.db_now())).scalar_one()
+            rows = conn.execute(stmt).all()
+        by_queue: dict[str, dict[str, Any]] = {}
+        for queue, status, n, n_scheduled, oldest in rows:
+            entry = by_queue.setdefault(queue, {"counts": {}, "scheduled": 0, "oldest": None})
+            entry["counts"][status] = int(n)
+            entry["scheduled"] += int(n_scheduled or 0)
+            if oldest is not None:
+                entry["oldest"] = (
+                    oldest if entry["oldest"] is None else min(entry["oldest"], oldest)
+                )
+        result = [
+            QueueStats(
+                queue=queue,
+                counts=entry["counts"],
+                scheduled=entry["scheduled"],
+                oldest_runnable_age=(db_now - entry["oldest"]).total_seconds()
+                if entry["oldest"] is not None
+                else None,
+            )
+            for queue, entry in sorted(by_queue.items())
+        ]
+        return result, db_now
+
+    def dead_jobs(self, conn: Connection, queue: str | None, limit: int) -> list[dict[str, Any]]:
+        j = self.jobs
+        stmt = sa.select(self.jobs).where(j.c.status == Status.DEAD)
+        if queue is not None:
+            stmt = stmt.where(j.c.queue == queue)
+        with self.translate_errors():
+            rows = conn.execute(stmt.order_by(j.c.finished_at.desc(), j.c.id.desc()).limit(limit))
+            return [dict(row._mapping) for row in rows]
+
+    def requeue_dead(self, conn: Connection, ids: Sequence[int]) -> list[int]:
+        """Put dead jobs back to run now with a fresh attempt count; returns the ids requeued."""
+        j = self.jobs
+        with self.translate_errors():
+            found = (
+                conn.execute(sa.select(j.c.id).where(j.c.id.in_(ids), j.c.status == Status.DEAD))
+                .scalars()
+                .all()
+            )
+            if found:
+                now = self.dialect.now()
+                conn.execute(
+                    sa.update(j)
+                    .where(j.c.id.in_(found), j.c.status == Status.DEAD)
+                    .values(
+                        status=Status.AVAILABLE,
+                        attempt=0,
+                        run_at=now,
+                        finished_at=None,
+                        worker_id=None,
+                        previous_status=Status.DEAD,
+                        previous_message=j.c.message,
+                        message="requeued from the dead jobs",
+                        updated_at=now,
+                    )
+                )
+        return sorted(int(i) for i in found)
+
+    # ---- errors -------------------------------------------------------------------------------
+    def translate_errors(self) -> _TranslateErrors:
+        return _TranslateErrors(self)
+
+
+class _TranslateErrors:
+    """Turn "no such table" from any driver into SchemaMissingError naming the fix."""
+
+    def __init__(self, engine: QueueEngine) -> None:
+        self.engine = engine
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, sa.exc.DBAPIError) and self.engine.dialect.is_missing_table(exc):
+            names = self.engine.tables.names
+            where = f" in schema {names.schema!r}" if names.schema else ""
+            raise SchemaMissingError(
+                f"the queue table {names.jobs!r}{where} does not exist: run `dbqueue migrate` "
+                "(with the same URL and table prefix) to create it"
+            ) from exc
+        return False

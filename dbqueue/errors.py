@@ -1,0 +1,44 @@
+"""dbqueue's exceptions.
+
+Every error a user can cause carries a message that names what was wrong and what to do about it.
+Driver errors are translated into these at the edge (dialect modules), so callers never need to
+know which database raised them.
+"""
+
+from __future__ import annotations
+
+
+class DbqueueError(Exception):
+    """Base class of every error dbqueue raises on purpose."""
+
+
+class ConfigurationError(DbqueueError):
+    """A setting, URL, dialect or name is wrong; the message says which and how to fix it."""
+
+
+class UnsafeIdentifierError(ConfigurationError):
+    """A table, schema, prefix or queue name that could not be used safely in SQL."""
+
+
+class PayloadError(DbqueueError):
+    """A payload that cannot be stored (not JSON-serialisable, or too large)."""
+
+
+class SchemaMissingError(DbqueueError):
+    """The queue tables are absent or older than this version of dbqueue expects."""
+
+
+class StrategyNotSupportedError(ConfigurationError):
+    """A claim strategy the connected database (or its version) cannot provide."""
+
+
+class UnknownTaskError(DbqueueError):
+    """A claimed job names a task no handler is registered for in this worker."""
+
+
+class JobTimeoutError(DbqueueError):
+    """A handler ran past its task's timeout."""
+
+
+class DatabaseUnavailableError(DbqueueError):
+    """The database cannot be reached or refused the credentials."""

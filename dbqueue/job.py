@@ -1,0 +1,128 @@
+"""The job as handlers see it, and the statuses a job row moves through."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+
+class Status:
+    """Values of the ``status`` column.
+
+    One status, ``available``, covers every job waiting to run: whether it is runnable now or
+    scheduled (``run_at`` in the future, after a delay or a failed attempt) is read from
+    ``run_at``. Keeping a single waiting status lets the claim query read one contiguous range of
+    the claim index on every database (MySQL's locking reads lock every row they scan, so an
+    ``IN`` over several statuses followed by a sort would lock far more than it claims).
+    """
+
+    AVAILABLE = "available"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+    ALL = (AVAILABLE, RUNNING, SUCCEEDED, DEAD, CANCELLED)
+    FINISHED = (SUCCEEDED, DEAD, CANCELLED)
+    PENDING = (AVAILABLE, RUNNING)
+
+    # What the previous_status column records about a failed attempt.
+    FAILED = "failed"
+
+
+class MalformedPayload:
+    """Stands in for a payload whose stored JSON cannot be decoded (a row written by hand).
+
+    The job is still claimed, then failed with this explanation, instead of crashing the worker.
+    """
+
+    __slots__ = ("raw", "error")
+
+    def __init__(self, raw: Any, error: str) -> None:
+        self.raw = raw
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"MalformedPayload({self.raw!r}: {self.error})"
+
+
+# The seed (nsj-queue-lib) handed handlers a dict with Portuguese keys; Job answers those too.
+_SEED_KEYS = {
+    "processo": "task",
+    "chave_externa": "external_key",
+    "origem": "origin",
+    "destino": "destination",
+    "grupo_empresarial": "business_group",
+    "tentativa": "attempt",
+    "prioridade": "priority",
+    "data_hora": "run_at",
+    "data_hora_inicial": "first_attempt_at",
+    "mensagem": "message",
+    "subscriber_id": "subscription_id",
+}
+
+
+class Job:
+    """One claimed job. Attributes mirror the jobs table's columns (see the README).
+
+    ``attempt`` is the number of the attempt now running (1 for the first run).
+    """
+
+    __slots__ = (
+        "id",
+        "queue",
+        "task",
+        "payload",
+        "payload_hash",
+        "priority",
+        "status",
+        "run_at",
+        "attempt",
+        "max_attempts",
+        "message",
+        "origin",
+        "destination",
+        "external_key",
+        "tenant",
+        "business_group",
+        "publication_id",
+        "subscription_id",
+        "dead",
+        "live_id",
+        "first_attempt_at",
+        "previous_attempt_at",
+        "previous_status",
+        "previous_message",
+        "created_at",
+        "started_at",
+        "worker_id",
+    )
+
+    def __init__(self, **fields: Any) -> None:
+        for name in self.__slots__:
+            setattr(self, name, fields.get(name))
+
+    @classmethod
+    def from_row(cls, row: Any, attempt_increment: int) -> Job:
+        job = cls(**row._mapping)
+        job.attempt = (job.attempt or 0) + attempt_increment
+        return job
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, _SEED_KEYS.get(key, key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except AttributeError:
+            return default
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id} {self.task!r} queue={self.queue!r} attempt={self.attempt}>"
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)

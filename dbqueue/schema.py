@@ -1,0 +1,145 @@
+"""The queue tables, defined once as SQLAlchemy Core ``Table`` objects.
+
+Migrations (``dbqueue/migrations``) create exactly these tables; a test diffs the two. Names come
+from a prefix (default ``dbqueue_``) or explicit names, and an optional schema, so one database
+can hold several independent queues.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+
+from .identifiers import check_identifier, check_prefix
+from .job import Status
+from .sqltypes import Payload, UtcDateTime
+
+DEFAULT_PREFIX = "dbqueue_"
+DEFAULT_QUEUE = "default"
+DEFAULT_PRIORITY = 50
+DEFAULT_MAX_ATTEMPTS = 100  # the seed's QUEUE_MAX_RETRY
+MAX_MESSAGE_CHARS = 10_000
+
+
+@dataclass(frozen=True)
+class TableNames:
+    jobs: str
+    subscriptions: str
+    schema: str | None = None
+
+    @classmethod
+    def resolve(
+        cls,
+        prefix: str | None = None,
+        schema: str | None = None,
+        jobs_table: str | None = None,
+        subscriptions_table: str | None = None,
+    ) -> TableNames:
+        prefix = check_prefix(DEFAULT_PREFIX if prefix is None else prefix)
+        names = cls(
+            jobs=check_identifier(jobs_table or f"{prefix}jobs", "jobs table name"),
+            subscriptions=check_identifier(
+                subscriptions_table or f"{prefix}subscriptions", "subscriptions table name"
+            ),
+            schema=check_identifier(schema, "schema name") if schema else None,
+        )
+        check_identifier(
+            names.version_table, "migration version table name (jobs table + '_alembic')"
+        )
+        return names
+
+    @property
+    def version_table(self) -> str:
+        """Alembic's version table for this queue, so several queues migrate independently."""
+        return f"{self.jobs}_alembic"
+
+
+@dataclass(frozen=True)
+class QueueTables:
+    names: TableNames
+    metadata: sa.MetaData
+    jobs: sa.Table
+
+
+def _timestamp(name: str, *, server_now: bool = False, nullable: bool = True) -> sa.Column:
+    # Each database spells "current UTC time" differently in DDL; NowDefault picks it.
+    default = sa.schema.DefaultClause(NowDefault()) if server_now else None
+    return sa.Column(name, UtcDateTime(), nullable=nullable, server_default=default)
+
+
+class NowDefault(sa.sql.expression.ColumnElement):
+    """Server default rendering each database's UTC clock (see the dialect modules)."""
+
+    inherit_cache = True
+
+
+@compiles(NowDefault)
+def _compile_now_default(element: NowDefault, compiler: sa.sql.compiler.SQLCompiler, **kw) -> str:
+    from .dialects import class_for_sqlalchemy_name
+
+    default = class_for_sqlalchemy_name(compiler.dialect.name).server_now_default()
+    return compiler.process(default, **kw)
+
+
+def _table_kwargs() -> dict:
+    return {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+
+
+def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
+    t = names.jobs
+    id_type = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: rowid alias
+    table = sa.Table(
+        t,
+        metadata,
+        sa.Column("id", id_type, primary_key=True, autoincrement=True),
+        sa.Column("queue", sa.String(64), nullable=False, server_default=DEFAULT_QUEUE),
+        sa.Column("task", sa.String(200), nullable=False),
+        sa.Column("payload", Payload(), nullable=True),
+        sa.Column("payload_hash", sa.String(64), nullable=True),
+        sa.Column("priority", sa.Integer(), nullable=False, server_default=str(DEFAULT_PRIORITY)),
+        sa.Column("status", sa.String(16), nullable=False, server_default=Status.AVAILABLE),
+        _timestamp("run_at", server_now=True, nullable=False),
+        sa.Column("attempt", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column(
+            "max_attempts", sa.Integer(), nullable=False, server_default=str(DEFAULT_MAX_ATTEMPTS)
+        ),
+        sa.Column("message", sa.Text(), nullable=True),
+        sa.Column("worker_id", sa.String(255), nullable=True),
+        sa.Column("origin", sa.String(255), nullable=True),
+        sa.Column("destination", sa.String(255), nullable=True),
+        sa.Column("external_key", sa.String(255), nullable=True),
+        sa.Column("tenant", sa.BigInteger(), nullable=True),
+        sa.Column("business_group", sa.String(100), nullable=True),
+        sa.Column("publication_id", sa.BigInteger(), nullable=True),
+        sa.Column("subscription_id", sa.String(100), nullable=True),
+        sa.Column("dead", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("live_id", sa.BigInteger(), nullable=True),
+        _timestamp("first_attempt_at"),
+        _timestamp("previous_attempt_at"),
+        sa.Column("previous_status", sa.String(16), nullable=True),
+        sa.Column("previous_message", sa.Text(), nullable=True),
+        _timestamp("created_at", server_now=True, nullable=False),
+        _timestamp("started_at"),
+        _timestamp("finished_at"),
+        _timestamp("updated_at", server_now=True, nullable=False),
+        schema=names.schema,
+        **_table_kwargs(),
+    )
+    # The claim reads one contiguous range: status = 'available' AND queue = ?, in claim order.
+    # With this exact column order MySQL's locking read stops at the LIMIT instead of locking
+    # every row it scans.
+    sa.Index(
+        f"{t}_claim", table.c.status, table.c.queue, table.c.priority, table.c.run_at, table.c.id
+    )
+    sa.Index(f"{t}_finished", table.c.finished_at)  # purge, in chunks, oldest first
+    sa.Index(f"{t}_equivalent", table.c.task, table.c.payload_hash)  # find_equivalent
+    return table
+
+
+@functools.lru_cache(maxsize=64)
+def tables_for(names: TableNames) -> QueueTables:
+    metadata = sa.MetaData()
+    return QueueTables(names=names, metadata=metadata, jobs=jobs_table(metadata, names))

@@ -1,0 +1,108 @@
+"""Column types shared by every database; dialect modules supply native variants.
+
+Payloads are encoded once in Python (canonical JSON, to hash and size-check them) and bound as
+text. On the way out they are decoded leniently: a row written by hand with broken JSON yields a
+MalformedPayload that fails that one job, instead of an exception that stops the claim loop.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import sqlalchemy as sa
+
+from . import payload as payload_codec
+
+
+def _bind_payload(value: Any) -> Any:
+    if value is None or isinstance(value, payload_codec.EncodedPayload):
+        return value
+    return payload_codec.encode(value, max_bytes=None)
+
+
+class PayloadProcessing:
+    """Mixin giving a text-like column dbqueue's payload encoding and lenient decoding."""
+
+    cache_ok = True
+
+    def bind_processor(self, dialect: Any) -> Any:
+        return _bind_payload
+
+    def result_processor(self, dialect: Any, coltype: Any) -> Any:
+        return payload_codec.decode
+
+
+class JsonText(PayloadProcessing, sa.Text):
+    """The portable payload column (SQLite): JSON as text."""
+
+
+class NativeJson(sa.types.UserDefinedType):
+    """A database's own JSON column type, fed dbqueue's encoded text.
+
+    A UserDefinedType because SQLAlchemy would swap a JSON/JSONB subclass for its driver's
+    implementation, which JSON-encodes the already-encoded text a second time.
+    ``driver_decodes``: the driver returns Python objects already (psycopg2 with jsonb).
+    """
+
+    cache_ok = True
+
+    def __init__(self, ddl_name: str = "JSON", driver_decodes: bool = False) -> None:
+        self.ddl_name = ddl_name
+        self.driver_decodes = driver_decodes
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return self.ddl_name
+
+    def bind_processor(self, dialect: Any) -> Any:
+        return _bind_payload
+
+    def result_processor(self, dialect: Any, coltype: Any) -> Any:
+        return None if self.driver_decodes else payload_codec.decode
+
+
+def _dialect_class(dialect: Any) -> Any:
+    from .dialects import class_for_sqlalchemy_name  # dialect modules import this module
+
+    return class_for_sqlalchemy_name(dialect.name)
+
+
+class Payload(sa.types.TypeDecorator):
+    """The payload column: each database's native JSON type where it has one, else text."""
+
+    impl = JsonText
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        native = _dialect_class(dialect).json_type()
+        return dialect.type_descriptor(native if native is not None else JsonText())
+
+
+class UtcDateTime(sa.types.TypeDecorator):
+    """Timestamps are UTC everywhere; Python sees timezone-aware datetimes."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        native = _dialect_class(dialect).timestamp_type()
+        return dialect.type_descriptor(native if native is not None else sa.DateTime())
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(
+                f"naive datetime {value!r}: pass a timezone-aware datetime "
+                "(e.g. datetime.now(timezone.utc))"
+            )
+        return value.astimezone(dt.timezone.utc)
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str):  # a hand-written SQLite value SQLAlchemy did not parse
+            value = dt.datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.timezone.utc)
+        return value.astimezone(dt.timezone.utc)

@@ -1,0 +1,30 @@
+"""Claim strategies and their selection by name."""
+
+from __future__ import annotations
+
+from ..dialects import Dialect
+from ..errors import ConfigurationError
+from .base import ClaimStrategy
+from .skip_locked import SkipLockedStrategy
+from .sqlite import SQLiteStrategy
+
+STRATEGIES: dict[str, type[ClaimStrategy]] = {
+    cls.name: cls for cls in (SkipLockedStrategy, SQLiteStrategy)
+}
+STRATEGY_NAMES = tuple(STRATEGIES)
+
+
+def create(name: str | None, dialect: Dialect) -> ClaimStrategy:
+    """The strategy called ``name`` (default: the database's own), checked against the server."""
+    name = name or dialect.default_strategy
+    try:
+        cls = STRATEGIES[name]
+    except KeyError:
+        available = ", ".join(sorted(STRATEGIES))
+        raise ConfigurationError(
+            f"unknown claim strategy {name!r}: choose one of {available}"
+        ) from None
+    return cls(dialect)
+
+
+__all__ = ["ClaimStrategy", "STRATEGIES", "STRATEGY_NAMES", "create"]

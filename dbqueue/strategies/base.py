@@ -1,0 +1,53 @@
+"""How a claim is made exclusive: the interface each strategy module implements."""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+from sqlalchemy.engine import Connection
+
+from ..dialects import Dialect
+from ..engine import QueueEngine
+from ..job import Job, Status
+
+
+class ClaimStrategy(abc.ABC):
+    name: ClassVar[str]
+    #: True when the claim lives in the transaction that also runs the handlers (a row lock or
+    #: SQLite's write lock): nothing is committed as 'running', and a crashed worker's
+    #: transaction simply rolls back, leaving its jobs available. False when the claim is
+    #: committed first and an external lock (advisory, lock server) marks the job as taken.
+    claims_in_transaction: ClassVar[bool]
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.check_supported(dialect)
+        self.dialect = dialect
+
+    @classmethod
+    @abc.abstractmethod
+    def check_supported(cls, dialect: Dialect) -> None:
+        """Raise StrategyNotSupportedError, with the reason, if ``dialect`` cannot do this."""
+
+    @abc.abstractmethod
+    def claim(
+        self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
+    ) -> list[Job]:
+        """Claim up to ``limit`` runnable jobs of ``queue``.
+
+        In-transaction strategies are called inside the open batch transaction; the others
+        commit their claim before returning.
+        """
+
+    def release(self, conn: Connection, jobs: list[Job]) -> None:
+        """Give up whatever external locks the claim took (after the batch committed)."""
+
+    @property
+    def attempt_increment(self) -> int:
+        """An in-transaction claim counts the attempt when the outcome is written."""
+        return 1 if self.claims_in_transaction else 0
+
+    @property
+    def claimed_status(self) -> str:
+        """The status a claimed job has in the database while its handler runs."""
+        return Status.AVAILABLE if self.claims_in_transaction else Status.RUNNING

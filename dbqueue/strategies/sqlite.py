@@ -1,0 +1,39 @@
+"""SQLite: the database's single write lock is the claim.
+
+SQLite has no SKIP LOCKED (no row locks at all), and SQLAlchemy would silently drop a
+``with_for_update()``. Instead every dbqueue transaction on SQLite starts with BEGIN IMMEDIATE
+(see dialects/sqlite.py), so the batch transaction holds the write lock from the claim until the
+handlers' writes and the completion commit: other workers wait (busy_timeout) rather than read
+the same rows. A killed worker's lock and uncommitted writes vanish with its process.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Connection
+
+from ..dialects import Dialect
+from ..engine import QueueEngine
+from ..errors import StrategyNotSupportedError
+from ..job import Job
+from .base import ClaimStrategy
+
+
+class SQLiteStrategy(ClaimStrategy):
+    name = "sqlite"
+    claims_in_transaction = True
+
+    @classmethod
+    def check_supported(cls, dialect: Dialect) -> None:
+        if not dialect.single_writer:
+            raise StrategyNotSupportedError(
+                f"strategy sqlite relies on the database admitting one writer at a time, which "
+                f"{dialect.server_description} does not: use --strategy {dialect.default_strategy}"
+            )
+
+    def claim(
+        self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
+    ) -> list[Job]:
+        return [
+            Job.from_row(row, self.attempt_increment)
+            for row in conn.execute(engine.runnable(queue, limit))
+        ]
