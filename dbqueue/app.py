@@ -312,7 +312,9 @@ class App:
 
     def requeue_dead(self, ids: Sequence[int], target: Target | None = None) -> list[int]:
         """Run dead jobs again from attempt 1; returns the ids that were dead and are requeued."""
-        with connection_for(self._target(target)) as conn:
+        if target is None:
+            target = self.engine.execution_options(**{dialects.WRITE_INTENT: True})
+        with connection_for(target) as conn:
             return self.queue_engine(conn).requeue_dead(conn, list(ids))
 
     # ---- schema -------------------------------------------------------------------------------

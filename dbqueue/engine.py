@@ -23,6 +23,9 @@ from .job import Job, MalformedPayload, Status
 from .schema import MAX_MESSAGE_CHARS, QueueTables
 from .sqltypes import UtcDateTime
 
+# SQLite's default limit (32766) is the lowest of the supported databases'.
+_MAX_BIND_PARAMETERS = 32_000
+
 # Columns a claim returns; Job has one attribute for each.
 _JOB_COLUMNS = tuple(name for name in Job.__slots__ if name not in ("started_at",))
 
@@ -111,9 +114,14 @@ class QueueEngine:
         return int(result.inserted_primary_key[0])
 
     def insert_many(self, conn: Connection, jobs: Sequence[NewJob]) -> list[int]:
-        """Insert with one statement per timing kind (usually one); ids come back in order.
+        """Insert with one multi-row statement per timing kind (usually just one); ids come back
+        in the order of ``jobs``. On databases whose INSERT cannot return ids (MySQL 8,
+        SingleStore) the list is empty.
 
-        On databases whose INSERT cannot return ids (MySQL 8, SingleStore) the list is empty.
+        Ids are matched to rows by sorting: within one multi-row INSERT every supported database
+        assigns ascending ids in VALUES order (a sequence/auto-increment is drawn row by row).
+        SQLAlchemy's own ``sort_by_parameter_order`` would fall back to one INSERT per row on
+        SQLite, which is what this method exists to avoid.
         """
         groups: dict[str, list[int]] = {}
         for index, job in enumerate(jobs):
@@ -128,12 +136,14 @@ class QueueEngine:
                     row["delay_seconds"] = float(jobs[i].delay or 0)
                 delay = sa.bindparam("delay_seconds", type_=sa.Float())
                 stmt = stmt.values(run_at=self.dialect.now_plus(delay))
+            # As many rows per statement as the drivers' bind-parameter limits allow.
+            page = max(1, _MAX_BIND_PARAMETERS // (len(rows[0]) + 1))
             with self.translate_errors():
                 if returning:
-                    result = conn.execute(
-                        stmt.returning(self.jobs.c.id, sort_by_parameter_order=True), rows
+                    result = conn.execution_options(insertmanyvalues_page_size=page).execute(
+                        stmt.returning(self.jobs.c.id), rows
                     )
-                    for i, new_id in zip(indexes, result.scalars(), strict=True):
+                    for i, new_id in zip(indexes, sorted(result.scalars()), strict=True):
                         ids[i] = int(new_id)
                 else:
                     conn.execute(stmt, rows)
@@ -359,19 +369,21 @@ class QueueEngine:
             )
             if found:
                 now = self.dialect.now()
+                # previous_message is assigned first: MySQL evaluates SET left to right with the
+                # values already assigned, so it must copy message before message changes.
                 conn.execute(
                     sa.update(j)
                     .where(j.c.id.in_(found), j.c.status == Status.DEAD)
-                    .values(
-                        status=Status.AVAILABLE,
-                        attempt=0,
-                        run_at=now,
-                        finished_at=None,
-                        worker_id=None,
-                        previous_status=Status.DEAD,
-                        previous_message=j.c.message,
-                        message="requeued from the dead jobs",
-                        updated_at=now,
+                    .ordered_values(
+                        (j.c.previous_message, j.c.message),
+                        (j.c.previous_status, Status.DEAD),
+                        (j.c.message, "requeued from the dead jobs"),
+                        (j.c.status, Status.AVAILABLE),
+                        (j.c.attempt, 0),
+                        (j.c.run_at, now),
+                        (j.c.finished_at, None),
+                        (j.c.worker_id, None),
+                        (j.c.updated_at, now),
                     )
                 )
         return sorted(int(i) for i in found)

@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from ..errors import ConfigurationError
-from .base import Dialect
+from .base import WRITE_INTENT, Dialect
 from .mysql import MySQLDialect
 from .postgresql import PostgresDialect
 from .sqlite import SQLiteDialect
@@ -50,4 +50,11 @@ def for_sqlalchemy(sa_dialect: SADialect) -> Dialect:
     return dialect
 
 
-__all__ = ["Dialect", "BY_NAME", "DIALECT_CLASSES", "DIALECT_NAMES", "for_sqlalchemy"]
+__all__ = [
+    "WRITE_INTENT",
+    "Dialect",
+    "BY_NAME",
+    "DIALECT_CLASSES",
+    "DIALECT_NAMES",
+    "for_sqlalchemy",
+]

@@ -16,6 +16,10 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.sql.elements import ColumnElement
 
+#: Execution option marking a transaction that will read, then write (a claim): databases that
+#: lock per transaction (SQLite) take their write lock when it begins.
+WRITE_INTENT = "dbqueue_write_intent"
+
 
 class Dialect(abc.ABC):
     #: dbqueue's name for the database (the ``--dialect`` choice).

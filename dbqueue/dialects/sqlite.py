@@ -1,9 +1,10 @@
 """SQLite, the embedded default: one writer at a time, so the database itself serialises claims.
 
 SQLite has no row locks and SQLAlchemy's SQLite compiler silently drops ``with_for_update()``, so
-exclusivity comes from ``BEGIN IMMEDIATE``: every dbqueue transaction takes the write lock when it
-begins (a deferred transaction that later writes fails with SQLITE_BUSY instead of waiting), WAL
-lets readers run beside the writer, and ``busy_timeout`` makes a second writer wait its turn.
+exclusivity comes from ``BEGIN IMMEDIATE``: a transaction that reads and then writes (a claim, a
+requeue) takes the write lock when it begins (a deferred one that later writes fails with
+SQLITE_BUSY instead of waiting), WAL lets readers run beside the writer, and ``busy_timeout``
+makes a second writer wait its turn. Other transactions stay deferred, so reads never wait.
 All processes must share one host (WAL needs shared memory).
 """
 
@@ -16,7 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from .base import Dialect, seconds_expression
+from .base import WRITE_INTENT, Dialect, seconds_expression
 
 _CLOCK_FORMAT = "%Y-%m-%d %H:%M:%f"  # UTC, the layout SQLAlchemy stores datetimes in
 BUSY_TIMEOUT_MS = 30_000
@@ -58,7 +59,8 @@ class SQLiteDialect(Dialect):
 
         @event.listens_for(engine, "begin")
         def _begin(connection: Any) -> None:
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
+            write = connection.get_execution_options().get(WRITE_INTENT)
+            connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     def is_missing_table(self, exc: BaseException) -> bool:
         return "no such table" in str(getattr(exc, "orig", exc))

@@ -120,7 +120,11 @@ class Worker:
 
     # ---- main ---------------------------------------------------------------------------------
     def run(self) -> WorkerSummary:
-        self._engine = self.app.create_engine(pool_size=self.concurrency + 1, max_overflow=2)
+        self._engine = self.app.create_engine(
+            pool_size=self.concurrency + 1,
+            max_overflow=2,
+            execution_options={dialects.WRITE_INTENT: True},
+        )
         try:
             self._start_up()
             if self.max_runtime is not None:

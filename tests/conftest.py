@@ -1,0 +1,76 @@
+"""Shared fixtures: real PostgreSQL, MariaDB/MySQL and SQLite, never a mock database.
+
+Each backend is a (database, claim strategy) pair. A server that cannot be reached is skipped
+with a loud banner when run locally, and fails the run when CI=true.
+Override the servers with DBQUEUE_TEST_POSTGRESQL_URL / DBQUEUE_TEST_MYSQL_URL.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from support.backends import (  # noqa: E402
+    BACKENDS,
+    Backend,
+    database_reachable,
+    prepare_database,
+)
+
+CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def requires_backend(name: str, url: str) -> None:
+    """Fail under CI, skip loudly otherwise, when a database server is unreachable."""
+    problem = database_reachable(url)
+    if problem is None:
+        return
+    message = f"{name} is unreachable at {sa.engine.make_url(url).render_as_string()}: {problem}"
+    if CI:
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    sys.stderr.write(f"\n{'!' * 78}\n!! SKIPPING {name} TESTS: {message}\n{'!' * 78}\n")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def sqlite_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("sqlite") / "dbqueue-test.db"
+
+
+@pytest.fixture(scope="session")
+def _prepared(sqlite_path: Path) -> dict[str, str]:
+    """database name → URL, for the databases whose schema this session already migrated."""
+    return {}
+
+
+def _backend(request: pytest.FixtureRequest, key: str) -> Backend:
+    spec = BACKENDS[key]
+    url = spec.url(request.getfixturevalue("sqlite_path"))
+    requires_backend(spec.database, url)
+    prepared = request.getfixturevalue("_prepared")
+    if spec.database not in prepared:
+        prepare_database(url)
+        prepared[spec.database] = url
+    backend = Backend(spec.key, spec.database, spec.strategy, url)
+    backend.reset()
+    return backend
+
+
+@pytest.fixture(params=sorted(BACKENDS), ids=lambda key: key)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Every (database, strategy) pair: the contract suite runs once per pair."""
+    yield _backend(request, request.param)
+
+
+@pytest.fixture(params=sorted({spec.database for spec in BACKENDS.values()}))
+def database(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Every database once, with its default strategy (for tests that are not about claims)."""
+    key = next(k for k, s in sorted(BACKENDS.items()) if s.database == request.param)
+    yield _backend(request, key)

@@ -1,0 +1,250 @@
+"""Transactional enqueue, on every backend: the job commits with the caller's work or not at all."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+from support.backends import effects
+
+import dbqueue
+
+
+def count_jobs(backend) -> int:
+    return len(backend.jobs())
+
+
+def test_session_rollback_leaves_no_job_and_commit_makes_it_visible(backend):
+    app = backend.app()
+    with Session(app.engine) as session:
+        session.begin()
+        session.execute(effects.insert().values(job_id=1, note="business change"))
+        app.enqueue(session, "t", {"n": 1})
+        session.rollback()
+    assert count_jobs(backend) == 0
+    assert backend.effect_ids() == []
+
+    with Session(app.engine) as session, session.begin():
+        session.execute(effects.insert().values(job_id=2, note="business change"))
+        job_id = app.enqueue(session, "t", {"n": 2})
+    assert [j["id"] for j in backend.jobs()] == [job_id]
+    assert backend.effect_ids() == [2]
+
+
+def test_connection_target_joins_its_transaction(backend):
+    app = backend.app()
+    with app.engine.connect() as conn:
+        conn.begin()
+        app.enqueue(conn, "t", {"n": 1})
+        # Not visible to another connection before commit.
+        other = app.create_engine()
+        with other.connect() as peek:
+            assert (
+                peek.execute(sa.select(sa.func.count()).select_from(app.tables.jobs)).scalar() == 0
+            )
+        other.dispose()
+        conn.rollback()
+    assert count_jobs(backend) == 0
+
+    with app.engine.connect() as conn, conn.begin():
+        app.enqueue(conn, "t", {"n": 2})
+    assert count_jobs(backend) == 1
+
+
+def test_engine_target_commits_at_once(backend):
+    app = backend.app()
+    job_id = app.enqueue(app.engine, "t", {"n": 1})
+    assert app.get_job(job_id)["status"] == "available"
+    job_id = app.enqueue(None, "t", {"n": 2})  # None: the App's own engine
+    assert app.get_job(job_id)["task"] == "t"
+
+
+def test_options_are_stored(backend):
+    app = backend.app()
+    job_id = app.enqueue(
+        None,
+        "send_invoice",
+        {"order": 42, "lines": [1, 2]},
+        queue="billing",
+        priority=10,
+        max_attempts=5,
+        external_key="order-42",
+        origin="shop",
+        destination="erp",
+        tenant=7,
+        business_group="group-a",
+    )
+    job = app.get_job(job_id)
+    assert job["queue"] == "billing"
+    assert job["priority"] == 10
+    assert job["max_attempts"] == 5
+    assert job["external_key"] == "order-42"
+    assert job["origin"] == "shop" and job["destination"] == "erp"
+    assert job["tenant"] == 7 and job["business_group"] == "group-a"
+    assert job["payload"] == {"order": 42, "lines": [1, 2]}
+    assert job["status"] == "available" and job["attempt"] == 0 and job["dead"] is False
+    assert job["created_at"].tzinfo is not None
+
+
+def test_defaults(backend):
+    app = backend.app()
+    job = app.get_job(app.enqueue(None, "t"))
+    assert job["queue"] == "default"
+    assert job["priority"] == 50
+    assert job["max_attempts"] == 100  # the seed's QUEUE_MAX_RETRY
+    assert job["payload"] is None
+
+
+def test_delay_and_run_at(backend):
+    app = backend.app()
+    delayed = app.get_job(app.enqueue(None, "t", delay=30))
+    offset = (delayed["run_at"] - delayed["created_at"]).total_seconds()
+    assert 29 <= offset <= 31
+
+    when = dt.datetime(2031, 5, 6, 7, 8, 9, 123000, tzinfo=dt.timezone.utc)
+    scheduled = app.get_job(app.enqueue(None, "t", run_at=when))
+    assert abs((scheduled["run_at"] - when).total_seconds()) < 0.001
+
+    local = dt.timezone(dt.timedelta(hours=-3))
+    scheduled = app.get_job(app.enqueue(None, "t", run_at=when.astimezone(local)))
+    assert abs((scheduled["run_at"] - when).total_seconds()) < 0.001
+
+
+def test_registered_task_defaults_apply(backend):
+    app = backend.app()
+
+    @app.task("billing_task", queue="billing", priority=5, max_attempts=3)
+    def handler(job, session):
+        return None
+
+    job = app.get_job(app.enqueue(None, "billing_task", {}))
+    assert (job["queue"], job["priority"], job["max_attempts"]) == ("billing", 5, 3)
+    job = app.get_job(app.enqueue(None, "billing_task", {}, queue="other", priority=1))
+    assert (job["queue"], job["priority"]) == ("other", 1)
+
+
+def test_enqueue_many_is_one_statement_and_keeps_order(backend):
+    app = backend.app()
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("INSERT"):
+            statements.append(statement)
+
+    with app.engine.connect() as conn:
+        sa.event.listen(conn, "before_cursor_execute", record)
+        with conn.begin():
+            ids = app.enqueue_many(conn, [{"task": "bulk", "payload": {"i": i}} for i in range(50)])
+    assert len(statements) == 1
+    jobs = backend.jobs()
+    assert [j["payload"]["i"] for j in jobs] == list(range(50))
+    if app.engine.dialect.insert_returning:
+        assert ids == [j["id"] for j in jobs]
+
+
+def test_enqueue_many_with_mixed_options(backend):
+    app = backend.app()
+    app.enqueue_many(
+        None,
+        [
+            {"task": "a", "payload": 1},
+            {"task": "b", "payload": 2, "delay": 60, "priority": 1},
+            {"task": "c", "payload": 3, "queue": "q2"},
+        ],
+    )
+    jobs = {j["task"]: j for j in backend.jobs()}
+    assert set(jobs) == {"a", "b", "c"}
+    assert (jobs["b"]["run_at"] - jobs["b"]["created_at"]).total_seconds() >= 59
+    assert jobs["b"]["priority"] == 1 and jobs["c"]["queue"] == "q2"
+
+
+def test_enqueue_many_rolls_back_with_the_caller(backend):
+    app = backend.app()
+    with Session(app.engine) as session:
+        session.begin()
+        app.enqueue_many(session, [{"task": "bulk"} for _ in range(10)])
+        session.rollback()
+    assert count_jobs(backend) == 0
+
+
+def test_payload_hash_and_find_equivalent(backend):
+    app = backend.app()
+    first = app.enqueue(None, "sync", {"a": 1, "b": [1, 2]}, external_key="k1")
+    app.enqueue(None, "sync", {"a": 2})
+    app.enqueue(None, "other", {"a": 1, "b": [1, 2]})
+    job = app.get_job(first)
+    canonical = '{"a":1,"b":[1,2]}'
+    assert job["payload_hash"] == hashlib.sha256(canonical.encode()).hexdigest()
+
+    # Key order does not matter; other tasks and other payloads are not equivalent.
+    found = app.find_equivalent(None, "sync", {"b": [1, 2], "a": 1})
+    assert [j["id"] for j in found] == [first]
+    assert app.find_equivalent(None, "sync", {"a": 3}) == []
+    assert [
+        j["id"] for j in app.find_equivalent(None, "sync", {"a": 1, "b": [1, 2]}, external_key="k1")
+    ] == [first]
+    assert app.find_equivalent(None, "sync", {"a": 1, "b": [1, 2]}, external_key="k2") == []
+    assert app.find_equivalent(None, "sync", {"a": 1, "b": [1, 2]}, statuses=["succeeded"]) == []
+
+
+def test_non_serialisable_payload_is_refused_and_loses_nothing(backend):
+    app = backend.app()
+    with Session(app.engine) as session, session.begin():
+        session.execute(effects.insert().values(job_id=1, note="kept"))
+        with pytest.raises(dbqueue.PayloadError) as error:
+            app.enqueue(session, "t", {"when": dt.datetime.now(), "ok": 1})
+        message = str(error.value)
+        assert "not JSON-serialisable" in message and "payload['when']" in message
+        assert "ISO strings" in message  # says how to fix it
+        app.enqueue(session, "t", {"ok": 1})  # the transaction is still usable
+    assert count_jobs(backend) == 1
+    assert backend.effect_ids() == [1]
+
+
+def test_oversized_payload_is_refused(backend):
+    app = backend.app(max_payload_bytes=100)
+    with pytest.raises(dbqueue.PayloadError, match="over the limit of 100 bytes"):
+        app.enqueue(None, "t", {"blob": "x" * 200})
+    assert count_jobs(backend) == 0
+
+
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ({"queue": "bad queue; drop table"}, "queue name"),
+        ({"priority": "high"}, "priority"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"delay": -1}, "delay"),
+        ({"run_at": dt.datetime(2030, 1, 1)}, "time zone"),
+        ({"delay": 5, "run_at": dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)}, "either delay"),
+        ({"tenant": "seven"}, "tenant"),
+    ],
+)
+def test_bad_options_are_refused_before_touching_the_database(backend, options, fragment):
+    app = backend.app()
+    with pytest.raises(dbqueue.ConfigurationError, match=fragment):
+        app.enqueue(None, "t", {}, **options)
+    assert count_jobs(backend) == 0
+
+
+def test_plain_sql_insert_is_a_valid_job(backend):
+    """Monitoring and producers may use plain SQL: the column defaults make a runnable job."""
+    app = backend.app()
+    with app.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {app.names.jobs} (task, payload) VALUES ('plain', '{{\"x\": 1}}')"
+            )
+        )
+    seen = []
+
+    @app.task("plain")
+    def plain(job, session):
+        seen.append(job.payload)
+
+    backend.run_worker(app)
+    assert seen == [{"x": 1}]
+    assert backend.jobs()[0]["status"] == "succeeded"

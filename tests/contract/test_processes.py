@@ -1,0 +1,119 @@
+"""Real worker processes: exactly-once under concurrency, SIGKILL mid-job, graceful SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from support.backends import effects
+
+pytestmark = pytest.mark.slow
+
+WORKER = Path(__file__).resolve().parents[1] / "support" / "worker_process.py"
+
+
+def start_worker(backend, *args: str, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), backend.url, backend.strategy, *args],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def effect_rows(backend) -> list[tuple[int, str, int]]:
+    engine = backend.engine()
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.select(effects.c.job_id, effects.c.note, effects.c.pid))
+            return sorted(tuple(r) for r in rows)
+    finally:
+        engine.dispose()
+
+
+def test_four_processes_drain_2000_jobs_exactly_once(backend, tmp_path):
+    app = backend.app()
+    app.enqueue_many(None, [{"task": "effect", "payload": {"n": i}} for i in range(2000)])
+    log = tmp_path / "workers.log"
+    workers = [start_worker(backend, "--burst", "--concurrency", "2", log=log) for _ in range(4)]
+    for worker in workers:
+        assert worker.wait(timeout=240) == 0, log.read_text()[-3000:]
+    jobs = backend.jobs()
+    assert len(jobs) == 2000
+    assert {j["status"] for j in jobs} == {"succeeded"}, log.read_text()[-3000:]
+    assert {j["attempt"] for j in jobs} == {1}  # no job needed a second attempt
+    rows = effect_rows(backend)
+    assert [r[0] for r in rows] == sorted(j["id"] for j in jobs)  # one row per job, none twice
+    # Every process took part (no single process did all the work).
+    assert len({r[2] for r in rows}) >= 2, "work was not shared between processes"
+    assert "Traceback" not in log.read_text()
+
+
+def test_sigkill_mid_job_loses_nothing_and_keeps_no_partial_writes(backend, tmp_path):
+    app = backend.app()
+    started = tmp_path / "started"
+    job_id = app.enqueue(None, "effect", {"sleep": 60, "started_file": str(started)})
+    log = tmp_path / "worker.log"
+    victim = start_worker(backend, log=log)
+    try:
+        wait_for(started.exists, 30, "the handler to start")
+        # The handler has written its effect row (flushed, uncommitted) and is sleeping.
+        victim.send_signal(signal.SIGKILL)
+        assert victim.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+    assert effect_rows(backend) == []  # the killed attempt's write never appears
+
+    rescuer = start_worker(backend, "--burst", "--no-sleep", log=log)
+    assert rescuer.wait(timeout=60) == 0, log.read_text()[-3000:]
+    job = app.get_job(job_id)
+    assert job["status"] == "succeeded"
+    rows = effect_rows(backend)
+    assert rows == [(job_id, f"attempt {job['attempt']}", rescuer.pid)]
+    assert int(started.read_text()) == victim.pid
+
+
+def test_sigterm_finishes_the_running_job_then_exits_zero(backend, tmp_path):
+    app = backend.app()
+    started = tmp_path / "started"
+    first = app.enqueue(None, "effect", {"sleep": 1.5, "started_file": str(started)}, priority=1)
+    second = app.enqueue(None, "effect", {}, priority=2)
+    log = tmp_path / "worker.log"
+    worker = start_worker(backend, "--batch-size", "1", log=log)
+    try:
+        wait_for(started.exists, 30, "the handler to start")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0, log.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert app.get_job(first)["status"] == "succeeded"
+    assert app.get_job(second)["status"] == "available"  # nothing claimed after SIGTERM
+    assert [r[0] for r in effect_rows(backend)] == [first]
+    text = log.read_text()
+    assert "SIGTERM received" in text and "SUMMARY succeeded=1 failed=0" in text
+
+
+def test_sigint_is_graceful_too(backend, tmp_path):
+    log = tmp_path / "worker.log"
+    worker = start_worker(backend, log=log)
+    time.sleep(1.0)
+    worker.send_signal(signal.SIGINT)
+    assert worker.wait(timeout=30) == 0, log.read_text()[-3000:]
+    assert "SIGINT received" in log.read_text()
+    assert os.path.exists(log)

@@ -1,0 +1,70 @@
+"""A worker process for the multi-process tests (concurrency, crashes, signals).
+
+    python tests/support/worker_process.py URL STRATEGY [--concurrency N] [--burst] ...
+
+Its task ``effect`` inserts a row keyed by the job id into the effects table, in the job's
+transaction, so that a job run twice (duplicate key) or lost (missing row) shows in the table.
+The payload may ask the handler to touch a file (to tell the test it started) and then sleep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import dbqueue  # noqa: E402
+from support.backends import PREFIX, effects  # noqa: E402
+
+
+def build_app(url: str, sleep: bool = True) -> dbqueue.App:
+    app = dbqueue.App(url, table_prefix=PREFIX, retry_base_interval=0.05)
+
+    @app.task("effect")
+    def effect(job: dbqueue.Job, session) -> str:
+        payload = job.payload or {}
+        note = f"attempt {job.attempt}"
+        session.execute(effects.insert().values(job_id=job.id, note=note, pid=os.getpid()))
+        session.flush()
+        if sleep and payload.get("started_file"):
+            Path(payload["started_file"]).write_text(str(os.getpid()))
+        if sleep and payload.get("sleep"):
+            time.sleep(float(payload["sleep"]))
+        return f"done by {os.getpid()}"
+
+    return app
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("strategy")
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=10)
+    parser.add_argument("--burst", action="store_true")
+    parser.add_argument("--max-runtime", type=float)
+    parser.add_argument("--poll-interval", type=float, default=0.05)
+    parser.add_argument("--no-sleep", action="store_true", help="ignore the payload's sleep")
+    args = parser.parse_args()
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s {os.getpid()} %(levelname)s %(name)s: %(message)s"
+    )
+    summary = build_app(args.url, sleep=not args.no_sleep).run_worker(
+        strategy=args.strategy,
+        concurrency=args.concurrency,
+        batch_size=args.batch_size,
+        burst=args.burst,
+        max_runtime=args.max_runtime,
+        poll_interval=args.poll_interval,
+    )
+    print(f"SUMMARY succeeded={summary.succeeded} failed={summary.failed}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
