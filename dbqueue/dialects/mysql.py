@@ -51,7 +51,7 @@ class MySQLDialect(Dialect):
         )
 
     def now(self) -> ColumnElement:
-        return sa.func.utc_timestamp(6)
+        return sa.func.utc_timestamp(sa.literal_column("6"))
 
     def now_plus(self, seconds: float | ColumnElement) -> ColumnElement:
         micros = sa.cast(seconds_expression(seconds) * 1_000_000, sa.BigInteger())
