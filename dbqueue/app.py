@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session
 
 from . import dialects
 from . import payload as payload_codec
@@ -18,6 +22,7 @@ from .engine import NewJob, QueueEngine, QueueStats
 from .errors import ConfigurationError
 from .identifiers import check_queue_name
 from .job import Status
+from .maintenance import MaintenanceSettings
 from .retry import DEFAULT_BASE_INTERVAL, Backoff, linear_backoff
 from .schema import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, TableNames, tables_for
 from .tasks import Handler, TaskDefinition, TaskRegistry
@@ -92,6 +97,23 @@ class App:
         self.registry = TaskRegistry()
         self._queue_engines: dict[int, QueueEngine] = {}
         self._lock = threading.Lock()
+        #: Workers running in this process: a local enqueue wakes them when it commits.
+        self.local_workers: weakref.WeakSet[Worker] = weakref.WeakSet()
+
+    @property
+    def maintenance_settings(self) -> MaintenanceSettings:
+        s = self.settings
+        defaults = MaintenanceSettings()
+        return MaintenanceSettings(
+            rescue_minutes=s.rescue_minutes or defaults.rescue_minutes,
+            purge_minutes=s.purge_minutes or defaults.purge_minutes,
+            notify_minutes=s.notify_minutes or defaults.notify_minutes,
+            purge_max_age_days=defaults.purge_max_age_days
+            if s.purge_max_age_days is None
+            else s.purge_max_age_days,
+            purge_limit=s.purge_limit or defaults.purge_limit,
+            tick_seconds=s.maintenance_tick or defaults.tick_seconds,
+        )
 
     # ---- database -----------------------------------------------------------------------------
     @property
@@ -243,7 +265,9 @@ class App:
             ),
         )
         with connection_for(self._target(target)) as conn:
-            return self.queue_engine(conn).insert(conn, job)
+            job_id = self.queue_engine(conn).insert(conn, job)
+        self._wake_after_commit(target)
+        return job_id
 
     def enqueue_many(self, target: Target | None, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Insert many jobs with one statement; each item is a dict of ``enqueue``'s arguments
@@ -259,7 +283,9 @@ class App:
         if not built:
             return []
         with connection_for(self._target(target)) as conn:
-            return self.queue_engine(conn).insert_many(conn, built)
+            ids = self.queue_engine(conn).insert_many(conn, built)
+        self._wake_after_commit(target)
+        return ids
 
     def find_equivalent(
         self,
@@ -317,6 +343,42 @@ class App:
         with connection_for(target) as conn:
             return self.queue_engine(conn).requeue_dead(conn, list(ids))
 
+    # ---- maintenance --------------------------------------------------------------------------
+    def run_maintenance(self, routine: str, *, strategy: str | None = None) -> str:
+        """Run one maintenance routine now (``purge``, ``rescue`` or ``renotify``), as the
+        workers' leader would, recording it; returns what it did. ``strategy`` decides which
+        locks tell a live worker from a dead one (default: the database's strategy)."""
+        from . import strategies
+        from .maintenance import Maintenance
+
+        if routine not in ("purge", "rescue", "renotify"):
+            raise ConfigurationError(
+                f"unknown maintenance routine {routine!r}: choose purge, rescue or renotify"
+            )
+        engine = self.create_engine(execution_options={dialects.WRITE_INTENT: True})
+        claim = None
+        try:
+            with engine.connect() as conn:
+                dialect = dialects.for_sqlalchemy(conn.dialect)
+            claim = strategies.create(strategy or self.settings.strategy, dialect, self.settings)
+            notifier = claim.notifier(engine, self.names) or dialect.notifier(
+                engine, self.names.qualified_jobs
+            )
+            name = f"{socket.gethostname()}:{os.getpid()}:manual"
+            maintenance = Maintenance(
+                self, engine, claim, notifier, self.maintenance_settings, name
+            )
+            return maintenance.run_now(routine)
+        finally:
+            if claim is not None:
+                claim.close()
+            engine.dispose()
+
+    def maintenance_status(self, target: Target | None = None) -> list[dict[str, Any]]:
+        """One row per routine: last tick, who ran it, when, how many runs, the result."""
+        with connection_for(self._target(target)) as conn:
+            return self.queue_engine(conn).maintenance_status(conn)
+
     # ---- schema -------------------------------------------------------------------------------
     def migrate(self, revision: str = "head") -> None:
         """Create or upgrade the queue tables (the same migrations as ``dbqueue migrate``)."""
@@ -337,3 +399,27 @@ class App:
 
     def _target(self, target: Target | None) -> Target:
         return self.engine if target is None else target
+
+    def _wake_local_workers(self, *args: Any) -> None:
+        for worker in list(self.local_workers):
+            worker.wake()
+
+    def _wake_after_commit(self, target: Target | None) -> None:
+        """Wake this process's workers once the enqueue is committed (not before: they would
+        look for a job they cannot see yet)."""
+        if not self.local_workers:
+            return
+        if target is None or isinstance(target, Engine):
+            self._wake_local_workers()  # dbqueue's own transaction has committed
+        elif isinstance(target, Session):
+            if not target.info.get("dbqueue_wake"):
+                target.info["dbqueue_wake"] = True
+                sa.event.listen(target, "after_commit", self._wake_session, once=True)
+        elif isinstance(target, Connection):
+            # Core has no after-commit event: "commit" fires just before it. A wake that comes
+            # too early costs one short poll (the worker polls quickly after a wake-up).
+            sa.event.listen(target, "commit", self._wake_local_workers, once=True)
+
+    def _wake_session(self, session: Session) -> None:
+        session.info.pop("dbqueue_wake", None)
+        self._wake_local_workers()

@@ -16,7 +16,7 @@ import click
 import sqlalchemy as sa
 
 from .app import App
-from .config import Settings, parse_bool, redact, resolve_url
+from .config import Settings, parse_bool, parse_minutes, redact, resolve_url
 from .errors import ConfigurationError, DatabaseUnavailableError, DbqueueError
 
 DIALECT_HELP = (
@@ -137,6 +137,15 @@ def cli() -> None:
     """dbqueue: durable job queues in your own database."""
 
 
+def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return parse_minutes(value, param.opts[0])
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @cli.command()
 @database_options
 @click.option("--queue", "queues", multiple=True, help="Queue to consume (repeatable).")
@@ -144,17 +153,92 @@ def cli() -> None:
 @click.option("--burst", is_flag=True, help="Exit when nothing is runnable.")
 @click.option("--max-jobs", type=int, help="Stop after this many jobs.")
 @click.option("--max-runtime", type=float, help="Stop claiming after this many seconds.")
-@click.option("--strategy", help="Claim strategy (default: the database's).")
+@click.option(
+    "--strategy", envvar="DBQUEUE_STRATEGY", help="Claim strategy (default: the database's)."
+)
 @click.option("--batch-size", default=10, show_default=True, help="Most jobs claimed at once.")
-@click.option("--poll-interval", default=1.0, show_default=True, help="Idle poll, seconds.")
-def worker(app: App, queues: tuple[str, ...], **options: Any) -> None:
+@click.option(
+    "--poll-interval", type=float, help="Longest idle sleep, s (1; 30 with push wake-ups)."
+)
+@click.option("--min-poll-interval", default=0.05, show_default=True, help="First idle sleep, s.")
+@click.option("--no-maintenance", is_flag=True, help="Take no part in purge/rescue/re-notify.")
+@click.option("--rescue-minutes", callback=_minutes, help="QUEUE_MINUTE_RETRY_THREAD, e.g. */5")
+@click.option("--purge-minutes", callback=_minutes, help="QUEUE_MINUTE_PURGE_THREAD, e.g. 0")
+@click.option("--notify-minutes", callback=_minutes, help="QUEUE_MINUTE_NOTIFY_THREAD, e.g. */5")
+@click.option(
+    "--purge-max-age", type=float, help="QUEUE_PURGE_MAX_AGE: days to keep finished jobs."
+)
+@click.option("--purge-limit", type=int, help="QUEUE_PURGE_LIMIT: rows per purge chunk.")
+@click.option(
+    "--wait-notify-interval", type=float, help="QUEUE_WAIT_NOTIFY_INTERVAL: fallback poll, s."
+)
+def worker(
+    app: App,
+    queues: tuple[str, ...],
+    no_maintenance: bool,
+    rescue_minutes: Any,
+    purge_minutes: Any,
+    notify_minutes: Any,
+    purge_max_age: float | None,
+    purge_limit: int | None,
+    wait_notify_interval: float | None,
+    **options: Any,
+) -> None:
     """Run a worker until SIGTERM/SIGINT (or --burst / a limit)."""
     if not app.registry.names() and app.registry.catch_all is None:
         logging.getLogger("dbqueue").warning(
             "no tasks registered (pass --app module:app): every job claimed will fail as unknown"
         )
-    summary = app.run_worker(queues=list(queues) or None, **options)
+    app.settings = app.settings.merged(
+        rescue_minutes=rescue_minutes,
+        purge_minutes=purge_minutes,
+        notify_minutes=notify_minutes,
+        purge_max_age_days=purge_max_age,
+        purge_limit=purge_limit,
+        wait_notify_interval=wait_notify_interval,
+    )
+    summary = app.run_worker(queues=list(queues) or None, maintenance=not no_maintenance, **options)
     click.echo(f"worker stopped: {summary.succeeded} succeeded, {summary.failed} failed", err=True)
+
+
+@cli.group()
+def maintenance() -> None:
+    """The leader-elected routines: purge, rescue, renotify."""
+
+
+@maintenance.command("run")
+@database_options
+@click.argument("routine", type=click.Choice(["purge", "rescue", "renotify"]))
+@click.option("--strategy", envvar="DBQUEUE_STRATEGY", help="Whose locks tell live workers.")
+@click.option("--purge-max-age", type=float, help="Days to keep finished jobs.")
+@click.option("--purge-limit", type=int, help="Rows per purge chunk.")
+def maintenance_run(
+    app: App,
+    routine: str,
+    strategy: str | None,
+    purge_max_age: float | None,
+    purge_limit: int | None,
+) -> None:
+    """Run one routine now, as the workers' leader would, and print what it did."""
+    app.settings = app.settings.merged(purge_max_age_days=purge_max_age, purge_limit=purge_limit)
+    click.echo(app.run_maintenance(routine, strategy=strategy))
+
+
+@maintenance.command("status")
+@database_options
+@click.option("--json", "as_json", is_flag=True)
+def maintenance_status(app: App, as_json: bool) -> None:
+    """When each routine last ran, where, how often, and its result."""
+    rows = app.maintenance_status()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=_json_default))
+        return
+    for row in rows:
+        tick = row["last_tick"].isoformat(timespec="seconds") if row["last_tick"] else "never"
+        click.echo(
+            f"{row['routine']:9} runs {row['runs']:>5}  last tick {tick}  "
+            f"{row['worker_id'] or '-'}  {row['result'] or ''}"
+        )
 
 
 @cli.command()

@@ -82,6 +82,15 @@ class Settings:
     retry_base_interval: float | None = None  # seconds
     max_payload_bytes: int | None = None
     log_debug: bool = False
+    strategy: str | None = None
+    poll_interval: float | None = None  # seconds; longest idle sleep while polling
+    wait_notify_interval: float | None = None  # seconds; longest idle sleep with push wake-ups
+    rescue_minutes: tuple[int, ...] | None = None
+    purge_minutes: tuple[int, ...] | None = None
+    notify_minutes: tuple[int, ...] | None = None
+    purge_max_age_days: float | None = None
+    purge_limit: int | None = None
+    maintenance_tick: float | None = None  # seconds per "minute" of the schedules (tests)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -103,6 +112,25 @@ class Settings:
             settings.max_payload_bytes = parse_number(v, "DBQUEUE_MAX_PAYLOAD_BYTES", int, 1)
         if (v := env_first(env, "LOG_DEBUG")) is not None:
             settings.log_debug = parse_bool(v, "LOG_DEBUG")
+        settings.strategy = env_first(env, "DBQUEUE_STRATEGY")
+        numbers = {
+            "poll_interval": ("DBQUEUE_POLL_INTERVAL", float),
+            "wait_notify_interval": ("QUEUE_WAIT_NOTIFY_INTERVAL", float),
+            "purge_max_age_days": ("QUEUE_PURGE_MAX_AGE", float),
+            "purge_limit": ("QUEUE_PURGE_LIMIT", int),
+            "maintenance_tick": ("DBQUEUE_MAINTENANCE_TICK", float),
+        }
+        for attribute, (variable, kind) in numbers.items():
+            if (v := env_first(env, variable)) is not None:
+                setattr(settings, attribute, parse_number(v, variable, kind, minimum=0))
+        minutes = {
+            "rescue_minutes": "QUEUE_MINUTE_RETRY_THREAD",
+            "purge_minutes": "QUEUE_MINUTE_PURGE_THREAD",
+            "notify_minutes": "QUEUE_MINUTE_NOTIFY_THREAD",
+        }
+        for attribute, variable in minutes.items():
+            if (v := env_first(env, variable)) is not None:
+                setattr(settings, attribute, parse_minutes(v, variable))
         return settings
 
     def merged(self, **overrides: Any) -> Settings:

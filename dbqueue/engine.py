@@ -166,21 +166,115 @@ class QueueEngine:
             .limit(limit)
         )
 
-    def mark_running(self, conn: Connection, ids: Sequence[int], worker_id: str) -> None:
-        """For strategies whose claim is committed before the handler runs (lock-based)."""
+    def candidate_ids(self, conn: Connection, queue: str, limit: int, offset: int = 0) -> list[int]:
+        """Ids of runnable jobs in claim order, without locking (lock-based strategies)."""
         j = self.jobs
-        conn.execute(
+        stmt = (
+            sa.select(j.c.id)
+            .where(
+                j.c.status == Status.AVAILABLE,
+                j.c.queue == queue,
+                j.c.run_at <= self.dialect.now(),
+            )
+            .order_by(j.c.priority, j.c.run_at, j.c.id)
+            .limit(limit)
+            .offset(offset)
+        )
+        return list(conn.execute(stmt).scalars())
+
+    def claim_ids(self, conn: Connection, ids: Sequence[int], worker_id: str) -> list[Job]:
+        """Mark jobs whose locks the caller holds as running, counting the attempt, and return
+        those still runnable (another worker may have finished one since it was listed)."""
+        j = self.jobs
+        now = self.dialect.now()
+        stmt = (
             sa.update(j)
-            .where(j.c.id.in_(ids), j.c.status == Status.AVAILABLE)
+            .where(j.c.id.in_(ids), j.c.status == Status.AVAILABLE, j.c.run_at <= now)
             .values(
                 status=Status.RUNNING,
                 attempt=j.c.attempt + 1,
-                started_at=self.dialect.now(),
-                first_attempt_at=sa.func.coalesce(j.c.first_attempt_at, self.dialect.now()),
+                started_at=now,
+                first_attempt_at=sa.func.coalesce(j.c.first_attempt_at, now),
                 worker_id=worker_id,
-                updated_at=self.dialect.now(),
+                updated_at=now,
             )
         )
+        columns = (*self._job_columns, j.c.started_at)
+        if conn.dialect.update_returning:
+            rows = conn.execute(stmt.returning(*columns)).all()
+        else:
+            conn.execute(stmt)
+            rows = conn.execute(
+                sa.select(*columns).where(
+                    j.c.id.in_(ids), j.c.status == Status.RUNNING, j.c.worker_id == worker_id
+                )
+            ).all()
+        jobs = [Job.from_row(row, 0) for row in rows]
+        jobs.sort(key=lambda job: (job.priority, job.run_at, job.id))
+        return jobs
+
+    def release_claims(self, conn: Connection, jobs: Sequence[Job]) -> None:
+        """Undo claim_ids for jobs that were never started (the worker is stopping)."""
+        if not jobs:
+            return
+        j = self.jobs
+        now = self.dialect.now()
+        # Ordered: MySQL evaluates SET left to right, so columns read before attempt changes.
+        conn.execute(
+            sa.update(j)
+            .where(j.c.id.in_([job.id for job in jobs]), j.c.status == Status.RUNNING)
+            .ordered_values(
+                (
+                    j.c.first_attempt_at,
+                    sa.case((j.c.attempt <= 1, sa.null()), else_=j.c.first_attempt_at),
+                ),
+                (j.c.started_at, j.c.previous_attempt_at),
+                (j.c.status, Status.AVAILABLE),
+                (j.c.attempt, j.c.attempt - 1),
+                (j.c.worker_id, None),
+                (j.c.updated_at, now),
+            )
+        )
+
+    def running_jobs(self, conn: Connection, limit: int) -> list[Job]:
+        j = self.jobs
+        rows = conn.execute(
+            sa.select(*self._job_columns, j.c.started_at)
+            .where(j.c.status == Status.RUNNING)
+            .order_by(j.c.id)
+            .limit(limit)
+        )
+        return [Job.from_row(row, 0) for row in rows]
+
+    def runnable_queues(self, conn: Connection, waited: float = 0.0) -> list[str]:
+        """Queues holding jobs that have been runnable for at least ``waited`` seconds."""
+        j = self.jobs
+        rows = conn.execute(
+            sa.select(j.c.queue)
+            .where(j.c.status == Status.AVAILABLE, j.c.run_at <= self.dialect.now_plus(-waited))
+            .group_by(j.c.queue)
+        )
+        return sorted(rows.scalars())
+
+    def purge_chunk(self, conn: Connection, max_age_days: float, limit: int) -> int:
+        """Delete up to ``limit`` finished jobs older than ``max_age_days``, oldest first.
+
+        Two statements (ids, then DELETE by id) because MySQL/MariaDB reject LIMIT in an IN
+        subquery, and one form serves every database.
+        """
+        j = self.jobs
+        cutoff = self.dialect.now_plus(-max_age_days * 86400)
+        ids = list(
+            conn.execute(
+                sa.select(j.c.id)
+                .where(j.c.status.in_(Status.FINISHED), j.c.finished_at < cutoff)
+                .order_by(j.c.finished_at)
+                .limit(limit)
+            ).scalars()
+        )
+        if ids:
+            conn.execute(sa.delete(j).where(j.c.id.in_(ids), j.c.status.in_(Status.FINISHED)))
+        return len(ids)
 
     # ---- outcomes -----------------------------------------------------------------------------
     def complete(
@@ -387,6 +481,64 @@ class QueueEngine:
                     )
                 )
         return sorted(int(i) for i in found)
+
+    # ---- maintenance bookkeeping --------------------------------------------------------------
+    def claim_tick(self, conn: Connection, routine: str, tick: dt.datetime, worker_id: str) -> bool:
+        """Compare-and-set: the one worker whose UPDATE moves last_tick forward runs the tick.
+
+        Every database re-checks the WHERE clause on the row's latest committed version after
+        waiting for a concurrent updater, so exactly one of the workers meeting on a tick wins.
+        """
+        m = self.tables.maintenance
+        now = self.dialect.now()
+        result = conn.execute(
+            sa.update(m)
+            .where(m.c.routine == routine, sa.or_(m.c.last_tick.is_(None), m.c.last_tick < tick))
+            .values(
+                last_tick=tick,
+                started_at=now,
+                finished_at=None,
+                worker_id=worker_id,
+                runs=m.c.runs + 1,
+                result=None,
+            )
+        )
+        return result.rowcount == 1
+
+    def record_tick(self, conn: Connection, routine: str, tick: dt.datetime, result: str) -> None:
+        m = self.tables.maintenance
+        conn.execute(
+            sa.update(m)
+            .where(m.c.routine == routine, m.c.last_tick == tick)
+            .values(finished_at=self.dialect.now(), result=truncate(result))
+        )
+
+    def maintenance_status(self, conn: Connection) -> list[dict[str, Any]]:
+        m = self.tables.maintenance
+        with self.translate_errors():
+            rows = conn.execute(sa.select(m).order_by(m.c.routine))
+            return [dict(row._mapping) for row in rows]
+
+    def next_due_in(self, conn: Connection, queues: Sequence[str]) -> float | None:
+        """Seconds until the earliest scheduled job of these queues becomes runnable.
+
+        Only future jobs count: past-due ones that a claim did not get are held by other
+        workers (a SKIP LOCKED claim leaves them 'available' until it commits).
+        """
+        j = self.jobs
+        soonest = conn.execute(
+            sa.select(
+                sa.type_coerce(sa.func.min(j.c.run_at), UtcDateTime()),
+                self.db_now(),
+            ).where(
+                j.c.status == Status.AVAILABLE,
+                j.c.queue.in_(list(queues)),
+                j.c.run_at > self.dialect.now(),
+            )
+        ).one()
+        if soonest[0] is None:
+            return None
+        return max(0.0, (soonest[0] - soonest[1]).total_seconds())
 
     # ---- errors -------------------------------------------------------------------------------
     def translate_errors(self) -> _TranslateErrors:

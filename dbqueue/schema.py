@@ -56,12 +56,26 @@ class TableNames:
         """Alembic's version table for this queue, so several queues migrate independently."""
         return f"{self.jobs}_alembic"
 
+    @property
+    def maintenance(self) -> str:
+        """One row per maintenance routine: which tick last ran, by whom, with what result."""
+        return f"{self.jobs}_maintenance"
+
+    @property
+    def qualified_jobs(self) -> str:
+        """The jobs table's name with its schema: the namespace of locks and notifications."""
+        return f"{self.schema}.{self.jobs}" if self.schema else self.jobs
+
+
+MAINTENANCE_ROUTINES = ("purge", "rescue", "renotify")
+
 
 @dataclass(frozen=True)
 class QueueTables:
     names: TableNames
     metadata: sa.MetaData
     jobs: sa.Table
+    maintenance: sa.Table
 
 
 def _timestamp(name: str, *, server_now: bool = False, nullable: bool = True) -> sa.Column:
@@ -139,7 +153,28 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
     return table
 
 
+def maintenance_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
+    return sa.Table(
+        names.maintenance,
+        metadata,
+        sa.Column("routine", sa.String(32), primary_key=True),
+        _timestamp("last_tick"),
+        _timestamp("started_at"),
+        _timestamp("finished_at"),
+        sa.Column("worker_id", sa.String(255), nullable=True),
+        sa.Column("runs", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("result", sa.Text(), nullable=True),
+        schema=names.schema,
+        **_table_kwargs(),
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def tables_for(names: TableNames) -> QueueTables:
     metadata = sa.MetaData()
-    return QueueTables(names=names, metadata=metadata, jobs=jobs_table(metadata, names))
+    return QueueTables(
+        names=names,
+        metadata=metadata,
+        jobs=jobs_table(metadata, names),
+        maintenance=maintenance_table(metadata, names),
+    )

@@ -74,3 +74,9 @@ def database(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Every database once, with its default strategy (for tests that are not about claims)."""
     key = next(k for k, s in sorted(BACKENDS.items()) if s.database == request.param)
     yield _backend(request, key)
+
+
+@pytest.fixture
+def postgresql(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """PostgreSQL alone, for what only it has (LISTEN/NOTIFY, schemas)."""
+    yield _backend(request, "postgresql-skip_locked")

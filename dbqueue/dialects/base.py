@@ -16,6 +16,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..errors import StrategyNotSupportedError
+from ..wakeup import Notifier, PollingOnly
+
 #: Execution option marking a transaction that will read, then write (a claim): databases that
 #: lock per transaction (SQLite) take their write lock when it begins.
 WRITE_INTENT = "dbqueue_write_intent"
@@ -67,6 +70,19 @@ class Dialect(abc.ABC):
     def now_plus(self, seconds: float | ColumnElement) -> ColumnElement:
         """``now()`` moved by a number of seconds: a Python number (bound as a parameter, never
         SQL text) or a SQL expression such as a ``bindparam`` for executemany."""
+
+    # ---- named locks (connection-scoped; only when supports_named_locks) ---------------------
+    def try_lock(self, name: str) -> ColumnElement:
+        """Expression taking the named lock without waiting; true when it was taken."""
+        raise StrategyNotSupportedError(self.named_locks_unsupported_reason())
+
+    def unlock(self, name: str) -> ColumnElement:
+        raise StrategyNotSupportedError(self.named_locks_unsupported_reason())
+
+    # ---- push wake-ups -------------------------------------------------------------------------
+    def notifier(self, engine: Engine, channel: str) -> Notifier:
+        """How this database tells idle workers that jobs arrived (default: it cannot)."""
+        return PollingOnly()
 
     # ---- column types -------------------------------------------------------------------------
     @classmethod

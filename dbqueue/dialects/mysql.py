@@ -6,6 +6,7 @@ and the session's time zones never matter (TIMESTAMP would convert, and stops at
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,6 +18,13 @@ from .base import Dialect, driver_code, seconds_expression
 
 _NO_SUCH_TABLE = 1146
 _TRANSIENT = {1205, 1213}  # lock wait timeout, deadlock
+
+
+def lock_name(name: str) -> str:
+    """GET_LOCK names are limited to 64 characters: long ones are replaced by a hash."""
+    if len(name) <= 64:
+        return name
+    return "dbqueue:" + hashlib.blake2b(name.encode(), digest_size=24).hexdigest()
 
 
 class MySQLDialect(Dialect):
@@ -56,6 +64,13 @@ class MySQLDialect(Dialect):
     def now_plus(self, seconds: float | ColumnElement) -> ColumnElement:
         micros = sa.cast(seconds_expression(seconds) * 1_000_000, sa.BigInteger())
         return sa.func.timestampadd(sa.literal_column("MICROSECOND"), micros, self.now())
+
+    def try_lock(self, name: str) -> ColumnElement:
+        # GET_LOCK(name, 0): connection-scoped, survives commit and rollback, never waits.
+        return sa.func.get_lock(sa.literal(lock_name(name)), sa.literal_column("0"))
+
+    def unlock(self, name: str) -> ColumnElement:
+        return sa.func.release_lock(sa.literal(lock_name(name)))
 
     @classmethod
     def json_type(cls) -> sa.types.TypeEngine:

@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..sqltypes import NativeJson
+from ..wakeup import Notifier
 from .base import Dialect, driver_code, seconds_expression
+from .pg_listen import PgNotifier
 
 _UNDEFINED_TABLE = "42P01"
 _TRANSIENT = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
+
+
+def lock_key(name: str) -> int:
+    """Advisory locks take a bigint: the name's 64-bit hash.
+
+    A collision can only make a lock look taken when it is not (a job waits a round longer),
+    never let two holders share one.
+    """
+    return int.from_bytes(
+        hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True
+    )
 
 
 class PostgresDialect(Dialect):
@@ -33,6 +48,15 @@ class PostgresDialect(Dialect):
 
     def now_plus(self, seconds: float | ColumnElement) -> ColumnElement:
         return self.now() + sa.func.make_interval(0, 0, 0, 0, 0, 0, seconds_expression(seconds))
+
+    def try_lock(self, name: str) -> ColumnElement:
+        return sa.func.pg_try_advisory_lock(sa.literal(lock_key(name), sa.BigInteger()))
+
+    def unlock(self, name: str) -> ColumnElement:
+        return sa.func.pg_advisory_unlock(sa.literal(lock_key(name), sa.BigInteger()))
+
+    def notifier(self, engine: Engine, channel: str) -> Notifier:
+        return PgNotifier(engine, channel)
 
     @classmethod
     def json_type(cls) -> sa.types.TypeEngine:

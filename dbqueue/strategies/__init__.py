@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from ..config import Settings
 from ..dialects import Dialect
 from ..errors import ConfigurationError
+from .advisory_lock import AdvisoryLockStrategy
 from .base import ClaimStrategy
 from .skip_locked import SkipLockedStrategy
 from .sqlite import SQLiteStrategy
 
 STRATEGIES: dict[str, type[ClaimStrategy]] = {
-    cls.name: cls for cls in (SkipLockedStrategy, SQLiteStrategy)
+    cls.name: cls for cls in (SkipLockedStrategy, AdvisoryLockStrategy, SQLiteStrategy)
 }
 STRATEGY_NAMES = tuple(STRATEGIES)
 
 
-def create(name: str | None, dialect: Dialect) -> ClaimStrategy:
+def create(name: str | None, dialect: Dialect, settings: Settings | None = None) -> ClaimStrategy:
     """The strategy called ``name`` (default: the database's own), checked against the server."""
     name = name or dialect.default_strategy
     try:
@@ -24,7 +26,7 @@ def create(name: str | None, dialect: Dialect) -> ClaimStrategy:
         raise ConfigurationError(
             f"unknown claim strategy {name!r}: choose one of {available}"
         ) from None
-    return cls(dialect)
+    return cls(dialect, settings)
 
 
 __all__ = ["ClaimStrategy", "STRATEGIES", "STRATEGY_NAMES", "create"]

@@ -5,11 +5,15 @@ from __future__ import annotations
 import abc
 from typing import ClassVar
 
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
+from ..config import Settings
 from ..dialects import Dialect
 from ..engine import QueueEngine
 from ..job import Job, Status
+from ..locks import DatabaseLocks, LockBackend
+from ..schema import TableNames
+from ..wakeup import Notifier
 
 
 class ClaimStrategy(abc.ABC):
@@ -20,9 +24,10 @@ class ClaimStrategy(abc.ABC):
     #: committed first and an external lock (advisory, lock server) marks the job as taken.
     claims_in_transaction: ClassVar[bool]
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, settings: Settings | None = None) -> None:
         self.check_supported(dialect)
         self.dialect = dialect
+        self.settings = settings or Settings()
 
     @classmethod
     @abc.abstractmethod
@@ -39,8 +44,26 @@ class ClaimStrategy(abc.ABC):
         commit their claim before returning.
         """
 
-    def release(self, conn: Connection, jobs: list[Job]) -> None:
+    def release(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
         """Give up whatever external locks the claim took (after the batch committed)."""
+
+    @property
+    def liveness_locks(self) -> LockBackend | None:
+        """The locks that tell whether a ``running`` job's worker is alive (for rescue).
+
+        In-transaction claims never commit ``running``; any such row comes from a lock-based
+        worker, whose per-job lock the database's named locks can test where they exist.
+        """
+        if self.dialect.supports_named_locks:
+            return DatabaseLocks(self.dialect)
+        return None
+
+    def notifier(self, engine: Engine, names: TableNames) -> Notifier | None:
+        """A push channel of the strategy's own (the lock server), else None: the database's."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the strategy holds (connections to a lock server)."""
 
     @property
     def attempt_increment(self) -> int:

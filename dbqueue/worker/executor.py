@@ -64,9 +64,10 @@ class BatchExecutor:
         successes in one UPDATE. The caller commits the transaction."""
         result = BatchResult()
         done: list[tuple[Job, str | None]] = []
+        unstarted: list[Job] = []
         for job in jobs:
             if should_stop():
-                result.skipped += 1  # never started: released untouched when the batch ends
+                unstarted.append(job)  # never started: given back untouched
                 continue
             outcome = self.run_one(conn, job)
             if outcome.ok:
@@ -75,6 +76,9 @@ class BatchExecutor:
             else:
                 self.record_failure(conn, engine, job, outcome.message or "failed")
                 result.failed += 1
+        result.skipped = len(unstarted)
+        if unstarted and not self.strategy.claims_in_transaction:
+            engine.release_claims(conn, unstarted)  # committed as running: undo that
         changed = engine.complete(
             conn,
             done,

@@ -20,7 +20,9 @@ from .. import dialects, strategies
 from ..config import redact
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaMissingError
 from ..identifiers import check_queue_name
+from ..maintenance import Maintenance, MaintenanceSettings
 from ..migrate import check_schema
+from ..wakeup import Notifier, WakeSignal
 from .executor import BatchExecutor, BatchResult
 
 if TYPE_CHECKING:
@@ -29,11 +31,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("dbqueue.worker")
 
 DEFAULT_BATCH_SIZE = 10
+#: Idle polling starts this short after a busy spell and doubles up to the poll interval.
+DEFAULT_MIN_POLL_INTERVAL = 0.05
+#: Longest idle sleep where nothing pushes wake-ups (MySQL, SQLite).
 DEFAULT_POLL_INTERVAL = 1.0
+#: Longest idle sleep where inserts push a wake-up (PostgreSQL NOTIFY, the lock server): only a
+#: lost notification waits this long (the seed's QUEUE_WAIT_NOTIFY_INTERVAL).
+DEFAULT_PUSH_POLL_INTERVAL = 30.0
 # A batch grows while its jobs are this fast on average; slower jobs are claimed one at a time so
 # that idle threads can take the rest instead of waiting behind a long handler.
 FAST_JOB_SECONDS = 0.05
 MAX_RECONNECT_DELAY = 30.0
+#: Idle sleeps shorter than this are not worth a query for the next scheduled job.
+SHORT_SLEEP = 0.5
 
 
 @dataclass
@@ -56,8 +66,10 @@ class Worker:
         registered task names). concurrency: threads, each with its own connection and batch
         transaction. burst: exit once nothing is runnable. max_jobs / max_runtime: stop claiming
         after that many jobs / seconds, finish what is running, exit. batch_size: most jobs one
-        claim takes (it adapts down to 1 for slow handlers). poll_interval: idle sleep between
-        claims. strategy: claim strategy name (default: the database's).
+        claim takes (it adapts down to 1 for slow handlers). poll_interval: longest idle sleep
+        (default 1 s, or 30 s where inserts push wake-ups); min_poll_interval: the first idle
+        sleep after work. strategy: claim strategy (default: the database's). maintenance: run
+        the leader-elected purge/rescue/re-notify routines (settings: ``maintenance_settings``).
     """
 
     def __init__(
@@ -70,8 +82,11 @@ class Worker:
         max_jobs: int | None = None,
         max_runtime: float | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        poll_interval: float | None = None,
+        min_poll_interval: float = DEFAULT_MIN_POLL_INTERVAL,
         strategy: str | None = None,
+        maintenance: bool = True,
+        maintenance_settings: MaintenanceSettings | None = None,
         install_signal_handlers: bool = True,
         name: str | None = None,
     ) -> None:
@@ -81,36 +96,35 @@ class Worker:
         self.batch_size = _positive_int("batch_size", batch_size)
         self.burst = burst
         self.max_jobs = None if max_jobs is None else _positive_int("max_jobs", max_jobs)
-        if max_runtime is not None and max_runtime <= 0:
-            raise ConfigurationError(
-                f"max_runtime={max_runtime} must be a positive number of seconds"
-            )
-        self.max_runtime = max_runtime
-        if poll_interval <= 0:
-            raise ConfigurationError(f"poll_interval={poll_interval} must be positive")
-        self.poll_interval = poll_interval
-        self.strategy_name = strategy
+        self.max_runtime = _positive_seconds("max_runtime", max_runtime)
+        self.poll_interval = _positive_seconds("poll_interval", poll_interval)
+        self.min_poll_interval = _positive_seconds("min_poll_interval", min_poll_interval)
+        self.strategy_name = strategy or app.settings.strategy
+        self.run_maintenance = maintenance and not burst
+        self.maintenance_settings = maintenance_settings or app.maintenance_settings
         self.install_signal_handlers = install_signal_handlers
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.summary = WorkerSummary()
         self._stop = threading.Event()
-        self._wake = threading.Event()
+        self._signal = WakeSignal()
         self._lock = threading.Lock()
         self._reserved = 0
         self._deadline: float | None = None
         self._fatal: BaseException | None = None
         self._engine: Engine | None = None
         self.strategy: strategies.ClaimStrategy | None = None
+        self.notifier: Notifier | None = None
+        self.maintenance: Maintenance | None = None
 
     # ---- control ------------------------------------------------------------------------------
     def stop(self) -> None:
         """Stop claiming; running jobs finish, then run() returns."""
         self._stop.set()
-        self._wake.set()
+        self._signal.wake()
 
     def wake(self) -> None:
         """Make idle threads claim now instead of at the end of their poll interval."""
-        self._wake.set()
+        self._signal.wake()
 
     @property
     def stopping(self) -> bool:
@@ -121,10 +135,11 @@ class Worker:
     # ---- main ---------------------------------------------------------------------------------
     def run(self) -> WorkerSummary:
         self._engine = self.app.create_engine(
-            pool_size=self.concurrency + 1,
+            pool_size=self.concurrency + 2,
             max_overflow=2,
             execution_options={dialects.WRITE_INTENT: True},
         )
+        self.app.local_workers.add(self)
         try:
             self._start_up()
             if self.max_runtime is not None:
@@ -140,7 +155,8 @@ class Worker:
                     while thread.is_alive():
                         thread.join(0.2)
         finally:
-            self._engine.dispose()
+            self.app.local_workers.discard(self)
+            self._shut_down()
         if self._fatal is not None:
             raise self._fatal
         log.info(
@@ -162,15 +178,47 @@ class Worker:
                 f"cannot connect to {redact(self.app.url)}: {_first_line(exc.orig)} "
                 "(check --url / DBQUEUE_URL, that the server is running, and the credentials)"
             ) from None
-        self.strategy = strategies.create(self.strategy_name, dialect)
+        self.strategy = strategies.create(self.strategy_name, dialect, self.app.settings)
+        self.notifier = self.strategy.notifier(self._engine, self.app.names) or dialect.notifier(
+            self._engine, self.app.names.qualified_jobs
+        )
+        if self.poll_interval is None:
+            settings = self.app.settings
+            if self.notifier.pushes:
+                self.poll_interval = settings.wait_notify_interval or DEFAULT_PUSH_POLL_INTERVAL
+            else:
+                self.poll_interval = settings.poll_interval or DEFAULT_POLL_INTERVAL
+        if not self.burst:
+            self.notifier.start(self._signal.wake)
+        if self.run_maintenance:
+            self.maintenance = Maintenance(
+                self.app,
+                self._engine,
+                self.strategy,
+                self.notifier,
+                self.maintenance_settings,
+                f"{self.name}:maintenance",
+            )
+            self.maintenance.start()
         log.info(
-            "worker %s on %s: strategy %s, queues %s, concurrency %d",
+            "worker %s on %s: strategy %s, queues %s, concurrency %d, %s",
             self.name,
             dialect.server_description,
             self.strategy.name,
             ", ".join(self.queues),
             self.concurrency,
+            "push wake-ups" if self.notifier.pushes else "polling",
         )
+
+    def _shut_down(self) -> None:
+        if self.maintenance is not None:
+            self.maintenance.stop()
+        if self.notifier is not None:
+            self.notifier.stop()
+        if self.strategy is not None:
+            self.strategy.close()
+        if self._engine is not None:
+            self._engine.dispose()
 
     def _thread_main(self, index: int) -> None:
         assert self.strategy is not None and self._engine is not None
@@ -181,8 +229,10 @@ class Worker:
         failures = 0
         batch = 1
         turn = index
+        idle = self.min_poll_interval
         try:
             while not self.stopping and self._budget_left():
+                seen = self._signal.generation
                 try:
                     if conn is None:
                         conn = self._engine.connect()
@@ -193,27 +243,42 @@ class Worker:
                     self.stop()
                     break
                 except Exception as exc:  # database gone, deadlock, bug: log, back off, go on
-                    conn = _discard(conn)
+                    conn = _discard(conn, broken=True)
                     failures += 1
                     self._after_error(exc, failures)
                     continue
                 turn += 1
-                if claimed == 0:
-                    if self.burst:
-                        break
-                    self._idle()
-                    batch = 1
-                else:
+                if claimed:
                     fast = seconds / claimed < FAST_JOB_SECONDS
                     batch = min(self.batch_size, batch * 2) if fast else 1
+                    idle = self.min_poll_interval
+                    continue
+                if self.burst:
+                    break
+                batch = 1
+                woken = self._signal.wait(seen, self._idle_timeout(conn, idle))
+                idle = self.min_poll_interval if woken else min(idle * 2, self.poll_interval)
         finally:
             _discard(conn)
+
+    def _idle_timeout(self, conn: Connection, idle: float) -> float:
+        """Where inserts push wake-ups, sleep no longer than until the next scheduled job:
+        nothing else would wake the worker for it."""
+        assert self.notifier is not None
+        if not self.notifier.pushes or idle < SHORT_SLEEP:
+            return idle
+        try:
+            due = self.app.queue_engine(conn).next_due_in(conn, self.queues)
+            conn.rollback()
+        except Exception:  # only an optimisation: fall back to the poll interval
+            log.debug("could not read the next due time", exc_info=True)
+            return idle
+        return idle if due is None else min(idle, due + 0.001)
 
     def _round(
         self, conn: Connection, executor: BatchExecutor, batch: int, turn: int
     ) -> tuple[int, float]:
         """Claim from each queue in turn (starting at a different one each round)."""
-        assert self.strategy is not None
         engine = self.app.queue_engine(conn)
         claimed = 0
         started = time.monotonic()
@@ -224,26 +289,37 @@ class Worker:
             limit = self._reserve(batch)
             if limit == 0:
                 break
-            result = None
+            result: BatchResult | None = None
             committed = False
             try:
-                with conn.begin():
-                    jobs = self.strategy.claim(conn, engine, queue, limit, executor.worker_id)
-                    if jobs:
-                        result = executor.execute(conn, engine, jobs, lambda: self.stopping)
+                result = self._claim_and_run(conn, executor, engine, queue, limit)
                 committed = True
             finally:
                 self._settle(limit, result if committed else None)
-            count = result.succeeded + result.failed if result else 0
-            claimed += count
+            claimed += result.succeeded + result.failed if result else 0
         self.summary.rounds += 1
         return claimed, time.monotonic() - started
 
-    # ---- helpers ------------------------------------------------------------------------------
-    def _idle(self) -> None:
-        self._wake.wait(self.poll_interval)
-        self._wake.clear()
+    def _claim_and_run(
+        self, conn: Connection, executor: BatchExecutor, engine: Any, queue: str, limit: int
+    ) -> BatchResult | None:
+        assert self.strategy is not None
+        worker_id = executor.worker_id
+        if self.strategy.claims_in_transaction:
+            with conn.begin():
+                jobs = self.strategy.claim(conn, engine, queue, limit, worker_id)
+                if not jobs:
+                    return None
+                return executor.execute(conn, engine, jobs, lambda: self.stopping)
+        jobs = self.strategy.claim(conn, engine, queue, limit, worker_id)  # commits 'running'
+        if not jobs:
+            return None
+        with conn.begin():
+            result = executor.execute(conn, engine, jobs, lambda: self.stopping)
+        self.strategy.release(conn, engine, jobs)
+        return result
 
+    # ---- helpers ------------------------------------------------------------------------------
     def _after_error(self, exc: Exception, failures: int) -> None:
         dialect = self.strategy.dialect if self.strategy else None
         if dialect is not None and dialect.is_transient(exc):
@@ -320,9 +396,13 @@ class _SignalHandlers:
         self.worker.stop()
 
 
-def _discard(conn: Connection | None) -> None:
+def _discard(conn: Connection | None, broken: bool = False) -> None:
+    """Close a connection; after an error also drop it from the pool, so that session state
+    (advisory locks, an aborted transaction) dies with it instead of reaching another thread."""
     if conn is not None:
         try:
+            if broken:
+                conn.invalidate()
             conn.close()
         except Exception:  # the connection is already broken; nothing to save
             log.debug("closing a broken connection failed", exc_info=True)
@@ -338,3 +418,11 @@ def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"{name}={value!r} must be a whole number of at least 1")
     return value
+
+
+def _positive_seconds(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigurationError(f"{name}={value!r} must be a positive number of seconds")
+    return float(value)

@@ -50,6 +50,8 @@ BACKENDS: dict[str, BackendSpec] = {
     for spec in (
         BackendSpec("postgresql-skip_locked", "postgresql", "skip_locked"),
         BackendSpec("mysql-skip_locked", "mysql", "skip_locked"),
+        BackendSpec("postgresql-advisory_lock", "postgresql", "advisory_lock"),
+        BackendSpec("mysql-advisory_lock", "mysql", "advisory_lock"),
         BackendSpec("sqlite-sqlite", "sqlite", "sqlite"),
     )
 }
@@ -78,10 +80,13 @@ def _connect_timeout(url: str) -> dict[str, Any]:
 
 
 def drop_queue_tables(engine: sa.Engine, prefix: str = PREFIX) -> None:
+    """Remove every object the migrations create, whatever state an earlier run left."""
     names = dbqueue.App(engine, table_prefix=prefix).names
     with engine.begin() as conn:
-        for table in (names.jobs, names.subscriptions, names.version_table):
+        for table in (names.jobs, names.subscriptions, names.maintenance, names.version_table):
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+        if engine.dialect.name == "postgresql":
+            conn.execute(sa.text(f"DROP FUNCTION IF EXISTS {names.jobs}_notify()"))
 
 
 def prepare_database(url: str) -> None:
@@ -123,10 +128,21 @@ class Backend:
     def reset(self) -> None:
         """Empty the queue and effects tables between tests."""
         engine = self.engine()
+        maintenance = self.app().tables.maintenance
         try:
             with engine.begin() as conn:
                 conn.execute(sa.text(f"DELETE FROM {PREFIX}jobs"))
                 conn.execute(effects.delete())
+                conn.execute(
+                    maintenance.update().values(
+                        last_tick=None,
+                        started_at=None,
+                        finished_at=None,
+                        worker_id=None,
+                        runs=0,
+                        result=None,
+                    )
+                )
         finally:
             engine.dispose()
 

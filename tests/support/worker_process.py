@@ -50,9 +50,12 @@ def main() -> int:
     parser.add_argument("--max-runtime", type=float)
     parser.add_argument("--poll-interval", type=float, default=0.05)
     parser.add_argument("--no-sleep", action="store_true", help="ignore the payload's sleep")
+    parser.add_argument("--no-maintenance", action="store_true")
+    parser.add_argument("--debug", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s {os.getpid()} %(levelname)s %(name)s: %(message)s"
+        level=logging.DEBUG if args.debug else logging.INFO,
+        format=f"%(asctime)s {os.getpid()} %(levelname)s %(name)s: %(message)s",
     )
     summary = build_app(args.url, sleep=not args.no_sleep).run_worker(
         strategy=args.strategy,
@@ -61,6 +64,7 @@ def main() -> int:
         burst=args.burst,
         max_runtime=args.max_runtime,
         poll_interval=args.poll_interval,
+        maintenance=not args.no_maintenance,
     )
     print(f"SUMMARY succeeded={summary.succeeded} failed={summary.failed}", flush=True)
     return 0

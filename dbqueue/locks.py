@@ -1,0 +1,67 @@
+"""Named locks: the liveness token of claimed jobs and the leader election of maintenance.
+
+A lock belongs to one connection (or lock-server client) and dies with it, so a crashed worker
+frees its jobs and its maintenance routines at once. Backends: the database's own advisory
+locks (PostgreSQL pg_try_advisory_lock, MySQL/MariaDB GET_LOCK) and the lock server.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .dialects import Dialect
+
+
+def job_lock_name(jobs_table: str, job_id: int) -> str:
+    return f"{jobs_table}:job:{job_id}"
+
+
+def routine_lock_name(jobs_table: str, routine: str) -> str:
+    return f"{jobs_table}:routine:{routine}"
+
+
+class LockBackend(abc.ABC):
+    """Non-blocking, owner-scoped named locks."""
+
+    @abc.abstractmethod
+    def try_acquire(self, conn: Connection, names: Sequence[str]) -> list[bool]:
+        """Try each lock without waiting; one round trip for all of them."""
+
+    @abc.abstractmethod
+    def release(self, conn: Connection, names: Sequence[str]) -> None:
+        """Release locks this owner holds."""
+
+
+class DatabaseLocks(LockBackend):
+    """The database's advisory locks, held by the session of ``conn``.
+
+    Every lock is tried in the select list of one statement, so each is evaluated exactly once
+    (a lock function in a WHERE clause may be evaluated for rows the planner later discards,
+    leaving locks nobody knows about).
+    """
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+
+    def try_acquire(self, conn: Connection, names: Sequence[str]) -> list[bool]:
+        if not names:
+            return []
+        row = _execute(conn, sa.select(*(self.dialect.try_lock(n) for n in names)))
+        return [bool(value) for value in row]
+
+    def release(self, conn: Connection, names: Sequence[str]) -> None:
+        if names:
+            _execute(conn, sa.select(*(self.dialect.unlock(n) for n in names)))
+
+
+def _execute(conn: Connection, stmt: sa.Select) -> sa.Row:
+    """Session-level locks outlive transactions: run inside the caller's transaction if there is
+    one, else in a short one of their own (never leaving an autobegun transaction open)."""
+    if conn.in_transaction():
+        return conn.execute(stmt).one()
+    with conn.begin():
+        return conn.execute(stmt).one()

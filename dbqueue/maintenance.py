@@ -1,0 +1,210 @@
+"""Leader-only maintenance: purge, rescue and re-notify, without a central node.
+
+Every worker process runs a maintenance thread. Routines fire on clock minutes (the seed's
+crontab-style lists, e.g. QUEUE_MINUTE_PURGE_THREAD=0), so all workers meet on the same tick;
+a compare-and-set on the routine's row in ``<jobs>_maintenance`` lets exactly one of them run
+that tick (and records who, when and what happened), and a named lock keeps a long run from
+overlapping the next tick's. The others go back to sleep.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy.engine import Connection, Engine
+
+from .engine import QueueEngine
+from .job import Status
+from .locks import job_lock_name, routine_lock_name
+from .retry import retry_delay
+from .strategies import ClaimStrategy
+from .wakeup import Notifier
+
+if TYPE_CHECKING:
+    from .app import App
+
+log = logging.getLogger("dbqueue.maintenance")
+
+EVERY_5_MINUTES = tuple(range(0, 60, 5))
+RESCUE_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class MaintenanceSettings:
+    """When routines run and what purge keeps (the seed's QUEUE_* variables)."""
+
+    rescue_minutes: tuple[int, ...] = EVERY_5_MINUTES  # QUEUE_MINUTE_RETRY_THREAD
+    purge_minutes: tuple[int, ...] = (0,)  # QUEUE_MINUTE_PURGE_THREAD
+    notify_minutes: tuple[int, ...] = EVERY_5_MINUTES  # QUEUE_MINUTE_NOTIFY_THREAD
+    purge_max_age_days: float = 60.0  # QUEUE_PURGE_MAX_AGE
+    purge_limit: int = 1000  # QUEUE_PURGE_LIMIT
+    #: Length of a tick; 60 makes the minute lists mean clock minutes. Tests shorten it.
+    tick_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class Routine:
+    name: str
+    minutes: tuple[int, ...]
+    run: Callable[[Connection, QueueEngine], str]
+
+
+class Maintenance:
+    def __init__(
+        self,
+        app: App,
+        engine: Engine,
+        strategy: ClaimStrategy,
+        notifier: Notifier,
+        settings: MaintenanceSettings,
+        worker_id: str,
+    ) -> None:
+        self.app = app
+        self.engine = engine
+        self.strategy = strategy
+        self.notifier = notifier
+        self.settings = settings
+        self.worker_id = worker_id
+        self.routines = {
+            r.name: r
+            for r in (
+                Routine("purge", settings.purge_minutes, self.purge),
+                Routine("rescue", settings.rescue_minutes, self.rescue),
+                Routine("renotify", settings.notify_minutes, self.renotify),
+            )
+        }
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_result = ""
+
+    # ---- scheduling ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="dbqueue-maintenance", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _loop(self) -> None:
+        period = self.settings.tick_seconds
+        while not self._stop.is_set():
+            now = time.time()
+            tick = (math.floor(now / period) + 1) * period
+            if self._stop.wait(tick - now):
+                return
+            slot = round(tick / period) % 60
+            for routine in self.routines.values():
+                if slot in routine.minutes and not self._stop.is_set():
+                    try:
+                        self.run_tick(routine.name, tick)
+                    except Exception:  # a failing routine must not stop the others or the worker
+                        log.exception("maintenance routine %s failed", routine.name)
+
+    def run_now(self, name: str) -> str:
+        """Run a routine outside the schedule (recorded like a tick); returns its result."""
+        if not self.run_tick(name, time.time()):
+            return "not run: a later tick is already recorded"
+        return self.last_result
+
+    def run_tick(self, name: str, tick: float) -> bool:
+        """Run routine ``name`` for the tick at epoch ``tick`` if this worker wins it."""
+        routine = self.routines[name]
+        when = dt.datetime.fromtimestamp(tick, dt.timezone.utc)
+        with self.engine.connect() as conn:
+            engine = self.app.queue_engine(conn)
+            with conn.begin():
+                won = engine.claim_tick(conn, name, when, self.worker_id)
+            if not won:
+                log.debug("%s tick %s: another worker has it", name, when.isoformat())
+                return False
+            locks = self.strategy.liveness_locks
+            lock = routine_lock_name(engine.tables.names.qualified_jobs, name)
+            if locks is not None and not locks.try_acquire(conn, [lock])[0]:
+                result = "skipped: the previous run is still going"
+            else:
+                try:
+                    result = routine.run(conn, engine)
+                except Exception as exc:
+                    log.exception("%s failed", name)
+                    result = f"failed: {type(exc).__name__}: {exc}"
+                    conn.rollback()
+                finally:
+                    if locks is not None:
+                        locks.release(conn, [lock])
+            with conn.begin():
+                engine.record_tick(conn, name, when, result)
+        self.last_result = result
+        log.info("%s (tick %s): %s", name, when.strftime("%H:%M:%S"), result)
+        return True
+
+    # ---- routines -----------------------------------------------------------------------------
+    def purge(self, conn: Connection, engine: QueueEngine) -> str:
+        """Delete finished jobs older than the retention, one bounded chunk per transaction."""
+        days, limit = self.settings.purge_max_age_days, self.settings.purge_limit
+        total = chunks = 0
+        while not self._stop.is_set():
+            with conn.begin():
+                deleted = engine.purge_chunk(conn, days, limit)
+            total += deleted
+            chunks += 1
+            if deleted < limit:
+                break
+        return f"deleted {total} finished jobs older than {days:g} days in {chunks} chunk(s)"
+
+    def rescue(self, conn: Connection, engine: QueueEngine) -> str:
+        """Retry ``running`` jobs whose worker died: their lock is free for anyone to take."""
+        locks = self.strategy.liveness_locks
+        with conn.begin():
+            running = engine.running_jobs(conn, RESCUE_BATCH)
+        if not running:
+            return "no running jobs"
+        if locks is None:
+            return (
+                f"{len(running)} running job(s) left alone: this database has no named locks "
+                "to tell a live worker from a dead one"
+            )
+        namespace = engine.tables.names.qualified_jobs
+        names = [job_lock_name(namespace, job.id) for job in running]
+        acquired = locks.try_acquire(conn, names)
+        orphans = [job for job, got in zip(running, acquired, strict=True) if got]
+        try:
+            for job in orphans:
+                definition = self.app.registry.get(job.task)
+                backoff = (definition.backoff if definition else None) or self.app.backoff
+                with conn.begin():
+                    engine.fail(
+                        conn,
+                        job,
+                        f"the worker running this job ({job.worker_id}) died: its lock was "
+                        f"released before the job finished; rescued by {self.worker_id}",
+                        retry_in=retry_delay(job.attempt, job.max_attempts, backoff),
+                        attempt_increment=0,
+                        expected_status=Status.RUNNING,
+                        worker_id=self.worker_id,
+                        dead_letter=self.app.registry.has_dead_handler(job),
+                    )
+        finally:
+            locks.release(conn, [n for n, got in zip(names, acquired, strict=True) if got])
+        if not orphans:
+            return f"{len(running)} running job(s), all held by live workers"
+        ids = ", ".join(str(job.id) for job in orphans[:20])
+        return f"rescued {len(orphans)} job(s) whose worker died: {ids}"
+
+    def renotify(self, conn: Connection, engine: QueueEngine) -> str:
+        """Wake workers for runnable jobs no insert notified: due retries, delayed jobs, jobs
+        enqueued while no worker listened, and notifications lost in a reconnect."""
+        if not self.notifier.pushes:
+            return "no push channel here: workers poll"
+        with conn.begin():
+            queues = engine.runnable_queues(conn)
+            sent = self.notifier.notify(conn, queues)
+        return f"notified {sent} queue(s): {', '.join(queues)}" if queues else "nothing runnable"

@@ -1,0 +1,60 @@
+"""Waking idle workers: push where the database (or the lock server) can, polling elsewhere."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from sqlalchemy.engine import Connection
+
+log = logging.getLogger("dbqueue.wakeup")
+
+
+class WakeSignal:
+    """Idle worker threads sleep on this; a push, a local enqueue or stop() wakes them all.
+
+    A generation counter closes the race between "the claim found nothing" and "start
+    waiting": a wake that lands in between makes the wait return at once.
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def wake(self) -> None:
+        with self._condition:
+            self._generation += 1
+            self._condition.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> bool:
+        """Sleep up to ``timeout`` unless woken since generation ``seen``; True if woken."""
+        with self._condition:
+            if self._generation == seen:
+                self._condition.wait(timeout)
+            return self._generation != seen
+
+
+class Notifier:
+    """How "work is available" travels to idle workers (this base: it does not; they poll)."""
+
+    #: True when workers are pushed to (so the fallback poll can be long).
+    pushes: bool = False
+
+    def start(self, on_wake: Callable[[], None]) -> None:
+        """Begin delivering pushes to ``on_wake`` (from a background thread)."""
+
+    def stop(self) -> None:
+        """Stop delivering pushes."""
+
+    def notify(self, conn: Connection, queues: Sequence[str]) -> int:
+        """Push "work available" for these queues (re-notify); returns how many were sent."""
+        return 0
+
+
+class PollingOnly(Notifier):
+    """No push channel: workers poll, faster while busy, slower while idle."""
