@@ -1,0 +1,88 @@
+"""Shared pieces of the benchmarks: database URLs, fresh tables, percentiles, result files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+import dbqueue
+from dbqueue import migrate
+
+URLS = {
+    "postgresql": os.environ.get(
+        "DBQUEUE_BENCH_POSTGRESQL_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
+    ),
+    "mariadb": os.environ.get(
+        "DBQUEUE_BENCH_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
+    ),
+    "sqlite": os.environ.get("DBQUEUE_BENCH_SQLITE_URL", "sqlite:///benchmarks/results/bench.db"),
+}
+PREFIX = "bench_"
+RESULTS = Path(__file__).parent / "results"
+
+
+def fresh_app(url: str, prefix: str = PREFIX, **options: Any) -> dbqueue.App:
+    """An App on newly migrated, empty tables."""
+    app = dbqueue.App(url, table_prefix=prefix, **options)
+    engine = app.create_engine()
+    names = app.names
+    with engine.begin() as conn:
+        for table in (names.jobs, names.subscriptions, names.maintenance, names.version_table):
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+        if engine.dialect.name == "postgresql":
+            conn.execute(sa.text(f"DROP FUNCTION IF EXISTS {names.jobs}_notify()"))
+    migrate.upgrade(engine, names)
+    engine.dispose()
+    return app
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summary_ms(values: list[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in values]
+    return {
+        "n": len(ms),
+        "p50": round(percentile(ms, 50), 2),
+        "p95": round(percentile(ms, 95), 2),
+        "p99": round(percentile(ms, 99), 2),
+        "mean": round(statistics.fmean(ms), 2) if ms else float("nan"),
+        "max": round(max(ms), 2) if ms else float("nan"),
+    }
+
+
+def machine() -> str:
+    return f"{platform.node()} ({os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()})"
+
+
+def server_version(url: str) -> str:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return dbqueue.dialects.for_sqlalchemy(conn.dialect).server_description
+    finally:
+        engine.dispose()
+
+
+def save(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        **payload,
+    }
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2))
+    return path
