@@ -64,7 +64,8 @@ def summary_ms(values: list[float]) -> dict[str, float]:
 
 
 def machine() -> str:
-    return f"{platform.node()} ({os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()})"
+    python = platform.python_version()
+    return f"{platform.node()} ({os.cpu_count()} cores, {platform.machine()}, Python {python})"
 
 
 def server_version(url: str) -> str:
