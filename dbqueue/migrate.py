@@ -8,6 +8,7 @@ so several queues in one database, and the application's own Alembic history, ne
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -58,11 +59,18 @@ def _run(step: Any, bind: Engine | Connection, names: TableNames, revision: str)
 
 
 def current_revision(conn: Connection, names: TableNames) -> str | None:
-    context = MigrationContext.configure(
-        conn,
-        opts={"version_table": names.version_table, "version_table_schema": names.schema},
-    )
-    return context.get_current_revision()
+    # Alembic logs its set-up at INFO; a read of the version table is not worth those lines.
+    alembic_log = logging.getLogger("alembic.runtime.migration")
+    level = alembic_log.level
+    alembic_log.setLevel(logging.WARNING)
+    try:
+        context = MigrationContext.configure(
+            conn,
+            opts={"version_table": names.version_table, "version_table_schema": names.schema},
+        )
+        return context.get_current_revision()
+    finally:
+        alembic_log.setLevel(level)
 
 
 def check_schema(conn: Connection, names: TableNames) -> None:
