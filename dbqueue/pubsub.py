@@ -1,0 +1,429 @@
+"""Pub/sub: the subscriptions table, and what a publication writes to the jobs table.
+
+A topic is a task name; a subscription (a row of ``<prefix>subscriptions``) says who receives
+it — code registered for the subscription's id, or a webhook (its ``url``). Publishing fans out
+at once, in the caller's transaction: each matching active subscription gets its own job (a
+*delivery*: ``task`` = topic, ``subscription_id``, ``publication_id``) with its own status,
+attempts and retries, so one subscriber failing never re-runs or blocks another. The
+publication itself is one more row, inserted already finished, whose id is the publication id
+and whose ``subscription_id`` is ``*``; its message lists who it went to, or says that no
+subscription matched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from . import dialects
+from .errors import ConfigurationError, SchemaMissingError
+from .identifiers import check_subscription_id, check_task_name
+from .schema import DEFAULT_HTTP_METHOD, HTTP_METHODS, QueueTables
+
+#: ``subscription_id`` of a publication's own record (never a valid subscription id).
+PUBLICATION_MARKER = "*"
+MAX_URL_CHARS = 2000
+MAX_BUSINESS_GROUP_CHARS = 100
+
+# Header names whose values are credentials: never printed by dbqueue (CLI, job messages, logs).
+_SECRET_HEADER_WORDS = (
+    "auth",
+    "cookie",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "key",
+    "signature",
+    "session",
+    "credential",
+)
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")  # RFC 9110 token
+
+# The seed (nsj-queue-lib) handed subscribers a dict with Portuguese keys; Subscription answers
+# those too.
+_SEED_KEYS = {
+    "processo": "topic",
+    "grupo_empresarial": "business_group",
+    "ativo": "active",
+}
+
+
+def is_secret_header(name: str) -> bool:
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_HEADER_WORDS)
+
+
+def redact_headers(headers: Any) -> Any:
+    """Headers with the values of credential-like ones replaced by ``***``."""
+    if not isinstance(headers, Mapping):
+        return headers
+    return {k: "***" if is_secret_header(str(k)) else v for k, v in headers.items()}
+
+
+# ---- validation (every problem is reported before anything touches the database) ------------
+def check_method(method: Any) -> str:
+    if not isinstance(method, str) or method.strip().upper() not in HTTP_METHODS:
+        raise ConfigurationError(
+            f"http method {method!r} is not supported for webhooks: use "
+            f"{', '.join(HTTP_METHODS[:-1])} or {HTTP_METHODS[-1]}"
+        )
+    return method.strip().upper()
+
+
+def check_url(url: Any) -> str:
+    """An absolute http(s) URL with a host; a webhook is never sent anywhere else."""
+    example = "e.g. https://example.com/hooks/orders"
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigurationError(f"webhook url {url!r} is empty: give an http(s) URL, {example}")
+    url = url.strip()
+    if len(url) > MAX_URL_CHARS:
+        raise ConfigurationError(
+            f"webhook url is {len(url)} characters long; the limit is {MAX_URL_CHARS}"
+        )
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        raise ConfigurationError("webhook url contains spaces or control characters: encode them")
+    try:
+        parts = urlsplit(url)
+        host, _ = parts.hostname, parts.port  # .port raises on a bad port number
+    except ValueError as exc:
+        raise ConfigurationError(f"webhook url cannot be parsed ({exc}): {example}") from None
+    if parts.scheme not in ("http", "https") or not host:
+        shown = display_url(url) if host else url.split("?")[0]
+        raise ConfigurationError(
+            f"webhook url {shown!r} is not an absolute http(s) URL with a host: {example}"
+        )
+    return url
+
+
+def display_url(url: str) -> str:
+    """The URL without credentials or query string: what messages and logs may show."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(unparsable url)"
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    query = "?…" if parts.query else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}{query}"
+
+
+def redact_url(url: str | None) -> str | None:
+    """The URL with its password and credential-like query values replaced by ``***``."""
+    if not url:
+        return url
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password:
+            netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    except ValueError:
+        return "(unparsable url)"
+    pairs = []
+    for pair in parts.query.split("&") if parts.query else []:
+        name, sep, value = pair.partition("=")
+        pairs.append(f"{name}={'***'}" if sep and is_secret_header(name) else pair)
+    return urlunsplit(parts._replace(netloc=netloc, query="&".join(pairs)))
+
+
+def check_headers(headers: Any) -> dict[str, str]:
+    """A JSON object of header name → text value, safe to send (no line breaks)."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise ConfigurationError(
+            f"webhook headers must be a JSON object of name → value, not "
+            f'{type(headers).__name__}: e.g. {{"Authorization": "Bearer …"}}'
+        )
+    checked: dict[str, str] = {}
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _HEADER_NAME.match(name):
+            raise ConfigurationError(
+                f"webhook header name {name!r} is not valid: use letters, digits and - "
+                "(e.g. X-Signature)"
+            )
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ConfigurationError(
+                f"webhook header {name}: its value must be text, not {type(value).__name__}"
+            )
+        text = str(value)
+        if any(c in text for c in "\r\n\x00"):
+            raise ConfigurationError(
+                f"webhook header {name}: its value contains a line break, which would inject "
+                "other headers: remove it"
+            )
+        try:
+            text.encode("latin-1")
+        except UnicodeEncodeError:
+            raise ConfigurationError(
+                f"webhook header {name}: its value has characters an HTTP header cannot carry "
+                "(only Latin-1): percent-encode or base64-encode it"
+            ) from None
+        checked[name] = text
+    return checked
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``'Name: value'`` (the CLI's ``--header``) → (name, value)."""
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise ConfigurationError(
+            f"--header {text!r} is not 'Name: value': e.g. --header 'Authorization: Bearer …'"
+        )
+    return name.strip(), value.strip()
+
+
+def _check_tenant(tenant: Any) -> int | None:
+    if tenant is None:
+        return None
+    if isinstance(tenant, bool) or not isinstance(tenant, int):
+        raise ConfigurationError(f"tenant={tenant!r} must be a whole number")
+    if not -(2**63) <= tenant < 2**63:
+        raise ConfigurationError(f"tenant={tenant!r} does not fit in a bigint")
+    return tenant
+
+
+def _check_business_group(group: Any) -> str | None:
+    if group is None:
+        return None
+    group = str(group)
+    if len(group) > MAX_BUSINESS_GROUP_CHARS:
+        raise ConfigurationError(
+            f"business_group is {len(group)} characters long; the limit is "
+            f"{MAX_BUSINESS_GROUP_CHARS}"
+        )
+    return group
+
+
+# ---- the value ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Subscription:
+    """One row of the subscriptions table. ``headers`` is what is stored (normally a dict)."""
+
+    id: str
+    topic: str
+    tenant: int | None = None
+    business_group: str | None = None
+    url: str | None = None
+    http_method: str | None = DEFAULT_HTTP_METHOD
+    headers: Any = None
+    active: bool = True
+    created_at: dt.datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> Subscription:
+        values = dict(row._mapping)
+        values["active"] = bool(values["active"])
+        return cls(**values)
+
+    @property
+    def method(self) -> str:
+        """The HTTP method as sent (NULL or empty in the row means POST)."""
+        return (self.http_method or DEFAULT_HTTP_METHOD).strip().upper()
+
+    @property
+    def is_webhook(self) -> bool:
+        return bool(self.url and self.url.strip())
+
+    def as_dict(self, *, redact: bool = True) -> dict[str, Any]:
+        """The row as a dict; credentials (password in the url, credential-like query values and
+        header values) are hidden unless ``redact=False``."""
+        return {
+            "id": self.id,
+            "topic": self.topic,
+            "tenant": self.tenant,
+            "business_group": self.business_group,
+            "url": redact_url(self.url) if redact else self.url,
+            "http_method": self.http_method,
+            "headers": redact_headers(self.headers) if redact else self.headers,
+            "active": self.active,
+            "created_at": self.created_at,
+        }
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, _SEED_KEYS.get(key, key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except AttributeError:
+            return default
+
+    def __repr__(self) -> str:  # never shows header values
+        target = display_url(self.url) if self.is_webhook else "code"
+        state = "" if self.active else " disabled"
+        return f"<Subscription {self.id!r} topic={self.topic!r} → {target}{state}>"
+
+
+def new_subscription_values(
+    subscription_id: str,
+    topic: str,
+    *,
+    tenant: int | None = None,
+    business_group: str | None = None,
+    url: str | None = None,
+    method: str = DEFAULT_HTTP_METHOD,
+    headers: Mapping[str, Any] | None = None,
+    active: bool = True,
+) -> dict[str, Any]:
+    """Validated column values for a new subscription."""
+    check_subscription_id(subscription_id)
+    check_task_name(topic)
+    values: dict[str, Any] = {
+        "id": subscription_id,
+        "topic": topic,
+        "tenant": _check_tenant(tenant),
+        "business_group": _check_business_group(business_group),
+        "url": check_url(url) if url is not None else None,
+        "http_method": check_method(method),
+        "headers": check_headers(headers) or None,
+        "active": bool(active),
+    }
+    if values["headers"] and values["url"] is None:
+        raise ConfigurationError(
+            f"subscription {subscription_id!r} has headers but no url: headers are sent with "
+            "webhook calls only; give it a webhook url or drop the headers"
+        )
+    return values
+
+
+# ---- SQL ----------------------------------------------------------------------------------
+class SubscriptionStore:
+    """The statements on the subscriptions table (the same on every database)."""
+
+    def __init__(self, tables: QueueTables) -> None:
+        self.table = tables.subscriptions
+        self.names = tables.names
+
+    def add(self, conn: Connection, values: Mapping[str, Any]) -> Subscription:
+        s = self.table
+        with self.translate_errors(conn):
+            if self.get(conn, values["id"]) is not None:
+                raise _duplicate(values["id"])
+            try:
+                conn.execute(sa.insert(s).values(dict(values)))
+            except sa.exc.IntegrityError:  # added concurrently since the check
+                raise _duplicate(values["id"]) from None
+            found = self.get(conn, values["id"])
+        assert found is not None
+        return found
+
+    def get(self, conn: Connection, subscription_id: str) -> Subscription | None:
+        with self.translate_errors(conn):
+            row = conn.execute(sa.select(self.table).where(self.table.c.id == subscription_id))
+            first = row.first()
+        return Subscription.from_row(first) if first is not None else None
+
+    def find(
+        self, conn: Connection, topic: str | None = None, active: bool | None = None
+    ) -> list[Subscription]:
+        s = self.table
+        stmt = sa.select(s).order_by(s.c.topic, s.c.id)
+        if topic is not None:
+            stmt = stmt.where(s.c.topic == topic)
+        if active is not None:
+            stmt = stmt.where(s.c.active == sa.true() if active else s.c.active == sa.false())
+        with self.translate_errors(conn):
+            return [Subscription.from_row(row) for row in conn.execute(stmt)]
+
+    def set_active(self, conn: Connection, subscription_id: str, active: bool) -> Subscription:
+        s = self.table
+        with self.translate_errors(conn):
+            if self.get(conn, subscription_id) is None:
+                raise ConfigurationError(
+                    f"there is no subscription {subscription_id!r} in {self.names.subscriptions}: "
+                    "see `dbqueue subscriptions list`"
+                )
+            conn.execute(sa.update(s).where(s.c.id == subscription_id).values(active=active))
+            found = self.get(conn, subscription_id)
+        assert found is not None
+        return found
+
+    def matching(
+        self,
+        conn: Connection,
+        topic: str,
+        tenant: int | None,
+        business_group: str | None,
+        webhooks_only: bool = False,
+    ) -> list[str]:
+        """Ids of the active subscriptions a publication reaches, in id order.
+
+        A subscription with a tenant (or business group) receives only publications for that
+        tenant (group); one without receives them all. An empty string counts as "none", as a
+        row written by hand may hold one.
+        """
+        s = self.table
+
+        def unfiltered_or(column: sa.ColumnElement, value: Any) -> sa.ColumnElement:
+            no_filter = column.is_(None)
+            if isinstance(column.type, sa.String):
+                no_filter = sa.or_(no_filter, column == "")
+            return no_filter if value is None else sa.or_(no_filter, column == value)
+
+        stmt = (
+            sa.select(s.c.id)
+            .where(
+                s.c.topic == topic,
+                s.c.active == sa.true(),
+                unfiltered_or(s.c.tenant, tenant),
+                unfiltered_or(s.c.business_group, business_group),
+            )
+            .order_by(s.c.id)
+        )
+        if webhooks_only:
+            stmt = stmt.where(s.c.url.is_not(None), s.c.url != "")
+        with self.translate_errors(conn):
+            return list(conn.execute(stmt).scalars())
+
+    @contextlib.contextmanager
+    def translate_errors(self, conn: Connection) -> Iterator[None]:
+        """A missing subscriptions table says how to create it."""
+        try:
+            yield
+        except sa.exc.DBAPIError as exc:
+            if dialects.for_sqlalchemy(conn.dialect).is_missing_table(exc):
+                where = f" in schema {self.names.schema!r}" if self.names.schema else ""
+                raise SchemaMissingError(
+                    f"the subscriptions table {self.names.subscriptions!r}{where} does not "
+                    "exist: run `dbqueue migrate` (with the same URL and table prefix) to "
+                    "create or upgrade the queue tables"
+                ) from exc
+            raise
+
+
+def _duplicate(subscription_id: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"subscription {subscription_id!r} already exists: choose another id, or change the "
+        f"existing one with `dbqueue subscriptions enable|disable {subscription_id}`"
+    )
+
+
+def publication_message(
+    topic: str,
+    delivered_to: list[str],
+    tenant: int | None,
+    business_group: str | None,
+    webhooks_only: bool,
+) -> str:
+    """What a publication's own record says: who it went to, or that nobody matched."""
+    kind = "webhook subscription" if webhooks_only else "subscription"
+    if delivered_to:
+        return f"published to {len(delivered_to)} {kind}(s): {', '.join(delivered_to)}"
+    filters = []
+    if tenant is not None:
+        filters.append(f"tenant {tenant}")
+    if business_group is not None:
+        filters.append(f"business group {business_group!r}")
+    where = f" ({', '.join(filters)})" if filters else ""
+    return f"no active {kind} matches topic {topic!r}{where}: nothing to deliver"
