@@ -1,0 +1,91 @@
+"""Named locks held on the lock server: the lock_server strategy's claims and maintenance locks.
+
+Locks are owned by (connection, owner), the owner being the thread that took them: the worker
+threads, the maintenance thread and any other user in the process share one connection, and a
+lock taken by one thread is neither re-entrant for it nor releasable by another. This process
+remembers what it holds so that, after the connection comes back (the server restarted, the
+network hiccuped), it can try to take those locks again before doing anything else; whether that
+worked is asked again, with ``holding()``, before any job's outcome commits.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+from sqlalchemy.engine import Connection
+
+from ..locks import LockBackend
+from . import protocol
+from .client import LockServerClient, Send
+
+
+def _owner(thread_id: int | None = None) -> str:
+    return f"{os.getpid()}:{threading.get_ident() if thread_id is None else thread_id}"
+
+
+def _chunks(names: Sequence[str]) -> list[list[str]]:
+    size = protocol.MAX_NAMES
+    return [list(names[i : i + size]) for i in range(0, len(names), size)]
+
+
+class LockServerLocks(LockBackend):
+    def __init__(self, client: LockServerClient) -> None:
+        self.client = client
+        self._held: dict[str, str] = {}  # name → owner: what this process believes it holds
+        self._lock = threading.Lock()
+        client.add_connect_hook(self._reclaim)
+
+    def try_acquire(self, conn: Connection | None, names: Sequence[str]) -> list[bool]:
+        owner = _owner()
+        taken: list[bool] = []
+        for chunk in _chunks(names):
+            reply = self.client.request("acquire", names=chunk, owner=owner)
+            got = [bool(t) for t in reply.get("taken", [])]
+            if len(got) != len(chunk):
+                raise ValueError(f"the lock server answered {len(got)} of {len(chunk)} locks")
+            with self._lock:
+                self._held.update((name, owner) for name, ok in zip(chunk, got, strict=True) if ok)
+            taken += got
+        return taken
+
+    def release(self, conn: Connection | None, names: Sequence[str]) -> None:
+        """Fire and forget: the reply is not needed, and with no connection the server has
+        already dropped these locks."""
+        self._release(_owner(), names)
+
+    def release_for_thread(self, thread_id: int, names: Sequence[str]) -> None:
+        self._release(_owner(thread_id), names)
+
+    def _release(self, owner: str, names: Sequence[str]) -> None:
+        with self._lock:
+            mine = [name for name in names if self._held.get(name) == owner]
+            for name in mine:
+                del self._held[name]
+        for chunk in _chunks(mine):
+            self.client.send("release", names=chunk, owner=owner)
+
+    def holding(self, conn: Connection | None, names: Sequence[str]) -> bool:
+        owner = _owner()
+        for chunk in _chunks(names):
+            if not all(self.client.request("holding", names=chunk, owner=owner).get("held", [])):
+                return False
+        return True
+
+    def close(self) -> None:
+        self.client.remove_connect_hook(self._reclaim)
+
+    def _reclaim(self, send: Send) -> None:
+        """After a reconnect: take back, under the same owners, the locks still held here.
+
+        Sent without waiting (this runs on the connection's thread, before other requests);
+        a lock another client took meanwhile stays theirs, and ``holding()`` will say so.
+        """
+        with self._lock:
+            by_owner: dict[str, list[str]] = {}
+            for name, owner in self._held.items():
+                by_owner.setdefault(owner, []).append(name)
+        for owner, names in by_owner.items():
+            for chunk in _chunks(names):
+                send({"op": "acquire", "names": chunk, "owner": owner})

@@ -1,0 +1,74 @@
+"""The lock server's named locks: the seed's client-server mode, on any database.
+
+The claim is the advisory_lock strategy's (``LockClaimStrategy``): list runnable jobs, take a
+lock per job — here on ``dbqueue server`` instead of in the database — then mark them
+``running`` with a compare-and-set UPDATE (``status = 'available'``) and commit. It is the only
+claim SingleStore can make exclusive: it has neither SKIP LOCKED nor named locks.
+
+The lock lives on a different connection than the job's transaction, so unlike a database lock
+it can be lost while the transaction goes on (the server restarted, the network dropped). The
+worker therefore fences every outcome: the UPDATE that records it also requires ``status =
+'running' AND worker_id = <this worker thread>``, and ``holds()`` asks the server that it still
+holds the lock; only then does the transaction commit (see ``worker/executor.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.engine import Engine
+
+from .. import lockserver
+from ..config import Settings
+from ..dialects import Dialect
+from ..lockserver import client as clients
+from ..lockserver.locks import LockServerLocks
+from ..lockserver.notifier import LockServerNotifier
+from ..schema import TableNames
+from ..wakeup import Notifier
+from .advisory_lock import LockClaimStrategy
+
+log = logging.getLogger("dbqueue.worker")
+
+
+class LockServerStrategy(LockClaimStrategy):
+    name = "lock_server"
+
+    def __init__(self, dialect: Dialect, settings: Settings | None = None) -> None:
+        settings = settings or Settings()
+        self.timeout = lockserver.message_timeout(settings)
+        self.address = lockserver.lock_address(settings)
+        self.notify_address = lockserver.notify_address(settings)
+        self._clients: list[clients.LockServerClient] = []
+        client = self._connect(self.address, settings)
+        super().__init__(dialect, LockServerLocks(client), settings)
+        try:
+            # A server that refuses this client (wrong token, other protocol version) is a
+            # configuration error, refused at start-up; one that is not up yet is waited for.
+            if not client.wait_connected(self.timeout):
+                log.warning(
+                    "the lock server at %s is not reachable yet (%s): claims wait for it",
+                    self.address,
+                    client.last_error,
+                )
+        except Exception:
+            self.close()
+            raise
+
+    @classmethod
+    def check_supported(cls, dialect: Dialect) -> None:
+        """Every database: the server holds the locks, the database only the jobs."""
+
+    def notifier(self, engine: Engine, names: TableNames) -> Notifier:
+        return LockServerNotifier(self._connect(self.notify_address, self.settings))
+
+    def close(self) -> None:
+        if isinstance(self.locks, LockServerLocks):
+            self.locks.close()
+        while self._clients:
+            clients.disconnect(self._clients.pop())
+
+    def _connect(self, address: lockserver.Address, settings: Settings) -> clients.LockServerClient:
+        client = clients.connect(address, token=settings.lock_server_token, timeout=self.timeout)
+        self._clients.append(client)
+        return client
