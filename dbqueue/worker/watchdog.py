@@ -1,0 +1,173 @@
+"""Per-task timeouts: one watchdog thread per Worker, bookkeeping in memory only.
+
+Python cannot kill a thread. When a handler runs past its timeout the watchdog first raises
+``JobTimeoutError`` inside the handler's thread (``PyThreadState_SetAsyncExc``): pure-Python code
+stops at its next bytecode, the job's savepoint rolls back and the attempt is recorded as failed
+in the batch transaction, like any other exception. Code blocked in C (``time.sleep``, a socket
+read, a lock) never sees that exception. If the handler is still there after a grace period, the
+watchdog gives the thread up: it marks it abandoned (an abandoned thread never writes again), and
+the Worker ends the thread's database connection from outside, records the timed-out attempt in
+a transaction of its own and starts a replacement thread, so concurrency stays whole.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import JobTimeoutError
+from ..job import Job
+
+log = logging.getLogger("dbqueue.worker")
+
+#: How long a handler may stay blocked after JobTimeoutError was raised in its thread before the
+#: thread is abandoned and its database connection ended.
+DEFAULT_TIMEOUT_GRACE = 5.0
+#: The watchdog sleeps at most this long between looks (deadlines normally wake it earlier).
+_LONGEST_NAP = 1.0
+
+
+class HandlerTimeout(JobTimeoutError):
+    """Raised inside a handler's thread by the watchdog.
+
+    An asynchronous exception can only be a class, so this one carries no message; the executor
+    replaces it with a JobTimeoutError that names the job and its timeout.
+    """
+
+
+class Abandoned(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Unwinds a worker thread the watchdog gave up on, without writing anything.
+
+    A BaseException so that no ``except Exception`` on the way out can swallow it.
+    """
+
+
+@dataclass(eq=False)
+class Slot:
+    """What one worker thread is running, as the watchdog sees it."""
+
+    thread_id: int
+    index: int
+    #: The thread's connection and the batch it runs (set per batch, only when timeouts apply).
+    connection: Any = None
+    batch: list[Job] = field(default_factory=list)
+    job: Job | None = None
+    timeout: float = 0.0
+    deadline: float = math.inf
+    #: JobTimeoutError was raised in the thread for the current job.
+    fired: bool = False
+    #: The watchdog gave the thread up: it must never write to the database again.
+    abandoned: bool = False
+
+
+def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> None:
+    """Raise ``exc_type`` in the thread at its next bytecode; None cancels a pending one."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else ctypes.c_void_p()
+    )
+
+
+class Watchdog:
+    """Watches the armed slots; ``on_stuck(slot)`` runs (in a thread of its own) for a handler
+    that outlived its timeout by ``grace`` seconds."""
+
+    def __init__(self, grace: float, on_stuck: Callable[[Slot], None]) -> None:
+        self.grace = grace
+        self.on_stuck = on_stuck
+        self._slots: list[Slot] = []
+        self._cond = threading.Condition()
+        self._wake_at = math.inf
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="dbqueue-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def slot(self, index: int) -> Slot:
+        """A slot for the calling worker thread."""
+        slot = Slot(thread_id=threading.get_ident(), index=index)
+        with self._cond:
+            self._slots.append(slot)
+        return slot
+
+    def forget(self, slot: Slot) -> None:
+        with self._cond:
+            if slot in self._slots:
+                self._slots.remove(slot)
+
+    # ---- called by the handler's thread (in memory, no database round trip) -------------------
+    def arm(self, slot: Slot, job: Job, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            slot.job, slot.timeout, slot.deadline, slot.fired = job, timeout, deadline, False
+            if deadline < self._wake_at:
+                self._cond.notify()
+
+    def disarm(self, slot: Slot) -> bool:
+        """The handler is done (or unwound): returns whether its timeout fired.
+
+        Idempotent. A JobTimeoutError raised but not yet delivered is cancelled here, so it can
+        never hit the worker's own code after the handler.
+        """
+        with self._cond:
+            if slot.deadline != math.inf or slot.fired:
+                if slot.fired:
+                    _raise_in_thread(slot.thread_id, None)
+                slot.deadline = math.inf
+            return slot.fired
+
+    # ---- the watchdog thread ------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            stuck: list[Slot] = []
+            with self._cond:
+                if self._stopped:
+                    return
+                now = time.monotonic()
+                wake_at = now + _LONGEST_NAP
+                for slot in self._slots:
+                    if slot.deadline == math.inf or slot.abandoned:
+                        continue
+                    if not slot.fired and now >= slot.deadline:
+                        slot.fired = True
+                        _raise_in_thread(slot.thread_id, HandlerTimeout)
+                    if slot.fired:
+                        if now >= slot.deadline + self.grace:
+                            slot.abandoned = True
+                            slot.deadline = math.inf
+                            stuck.append(slot)
+                            continue
+                        wake_at = min(wake_at, slot.deadline + self.grace)
+                    else:
+                        wake_at = min(wake_at, slot.deadline)
+                for slot in stuck:
+                    self._slots.remove(slot)
+                if not stuck:
+                    self._wake_at = wake_at
+                    self._cond.wait(max(0.0, wake_at - now))
+                    self._wake_at = math.inf
+            for slot in stuck:
+                threading.Thread(
+                    target=self._give_up, args=(slot,), name="dbqueue-timeout", daemon=True
+                ).start()
+
+    def _give_up(self, slot: Slot) -> None:
+        try:
+            self.on_stuck(slot)
+        except Exception:  # the worker logs what it could not clean up; the watchdog goes on
+            log.exception("recovering from a stuck handler failed")

@@ -1,0 +1,84 @@
+"""A worker process for the chaos suite.
+
+    python tests/support/chaos_worker.py URL STRATEGY PREFIX [--server HOST:PORT]
+
+Its task ``chaos`` inserts a row into ``<PREFIX>runs`` in the job's own transaction. That table has
+no unique key on the job id, so a job whose run committed twice shows as two rows (the contract
+suite's effects table would refuse the second with a duplicate key instead). The handler sleeps a
+few milliseconds, so that the SIGKILLs and the restart find handlers mid-job. Maintenance ticks
+every half second and rescue runs on each tick: a killed advisory-lock worker leaves jobs
+``running`` that rescue must retry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import dbqueue  # noqa: E402
+
+runs_metadata = sa.MetaData()
+
+
+@functools.cache
+def runs_table(prefix: str) -> sa.Table:
+    return sa.Table(
+        f"{prefix}runs",
+        runs_metadata,
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+        sa.Column("job_id", sa.BigInteger, nullable=False, index=True),
+        sa.Column("pid", sa.Integer, nullable=False),
+        mysql_engine="InnoDB",
+    )
+
+
+def build_app(url: str, prefix: str) -> dbqueue.App:
+    app = dbqueue.App(url, table_prefix=prefix, retry_base_interval=0.05)
+    runs = runs_table(prefix)
+
+    @app.task("chaos")
+    def chaos(job: dbqueue.Job, session) -> None:
+        session.execute(runs.insert().values(job_id=job.id, pid=os.getpid()))
+        time.sleep(random.uniform(0, 0.01))
+
+    return app
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("strategy")
+    parser.add_argument("prefix")
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--server", help="HOST:PORT of the lock server (lock_server)")
+    args = parser.parse_args()
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s {os.getpid()} %(levelname)s %(name)s: %(message)s",
+    )
+    app = build_app(args.url, args.prefix)
+    app.settings = app.settings.merged(
+        maintenance_tick=0.5, rescue_minutes=tuple(range(60)), notify_minutes=tuple(range(60))
+    )
+    summary = app.run_worker(
+        strategy=args.strategy,
+        concurrency=args.concurrency,
+        poll_interval=0.2,
+        lock_server=args.server,
+    )
+    print(f"SUMMARY succeeded={summary.succeeded} failed={summary.failed}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
