@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Test files are spread over this many pytest-xdist workers, each on tables of its own.
+PYTEST_WORKERS ?= 2
 DB ?= postgresql
 
 .DEFAULT_GOAL := help
@@ -35,7 +37,7 @@ demo: venv
 
 # CI is passed through from the environment: CI=true turns an unreachable database into a failure.
 test: venv services
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check dbqueue tests benchmarks alembic
@@ -49,7 +51,7 @@ wheel: venv
 	$(BIN)/python -m build --wheel --outdir dist
 
 bench: venv services
-	$(BIN)/python -m benchmarks.latency $(DB)
+	$(BIN)/python -m benchmarks.run $(DB)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache dbqueue-demo.db dbqueue-demo.db-wal dbqueue-demo.db-shm

@@ -3,6 +3,7 @@
 from .app import App
 from .config import Settings
 from .errors import (
+    AttemptFailed,
     ConfigurationError,
     DatabaseUnavailableError,
     DbqueueError,
@@ -14,17 +15,22 @@ from .errors import (
     UnsafeIdentifierError,
 )
 from .job import Job, MalformedPayload, Status
+from .pubsub import Subscription
 from .retry import linear_backoff
-from .seed import QueueClient, WorkerBase
+from .seed import DeadSubscriber, QueueClient, Subscriber, WorkerBase, WorkerPubSubBase
+from .webhooks import DEFAULT_WEBHOOK_TIMEOUT
 from .worker import JobSession, Worker, WorkerSummary
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_WEBHOOK_TIMEOUT",
     "App",
+    "AttemptFailed",
     "ConfigurationError",
     "DatabaseUnavailableError",
     "DbqueueError",
+    "DeadSubscriber",
     "Job",
     "JobSession",
     "JobTimeoutError",
@@ -35,10 +41,13 @@ __all__ = [
     "Settings",
     "Status",
     "StrategyNotSupportedError",
+    "Subscriber",
+    "Subscription",
     "UnknownTaskError",
     "UnsafeIdentifierError",
     "Worker",
     "WorkerBase",
+    "WorkerPubSubBase",
     "WorkerSummary",
     "linear_backoff",
 ]

@@ -1,4 +1,4 @@
-"""``dbqueue`` command line: worker, migrate, enqueue, stats, dead."""
+"""``dbqueue`` command line: worker, migrate, enqueue, stats, dead, subscriptions, server."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from .app import App
 from .config import Settings, parse_bool, parse_minutes, redact, resolve_url
 from .errors import ConfigurationError, DatabaseUnavailableError, DbqueueError
+from .pubsub import Subscription, parse_header, redact_headers, redact_url
 
 DIALECT_HELP = (
     "postgresql, mysql, singlestore or sqlite (with the DB_* variables, or to check --url)"
@@ -35,6 +36,8 @@ def _configure_logging(verbose: bool) -> None:
     )
     if debug:
         logging.getLogger("sqlalchemy.engine").setLevel(logging.WARNING)
+        # urllib3 logs each webhook request line, query string (and any token in it) included.
+        logging.getLogger("urllib3").setLevel(logging.INFO)
 
 
 def load_app(spec: str | None) -> App | None:
@@ -156,6 +159,11 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
 @click.option(
     "--strategy", envvar="DBQUEUE_STRATEGY", help="Claim strategy (default: the database's)."
 )
+@click.option(
+    "--server",
+    envvar="DBQUEUE_LOCK_SERVER",
+    help="HOST:PORT of `dbqueue server`, for --strategy lock_server (env DBQUEUE_LOCK_SERVER).",
+)
 @click.option("--batch-size", default=10, show_default=True, help="Most jobs claimed at once.")
 @click.option(
     "--poll-interval", type=float, help="Longest idle sleep, s (1; 30 with push wake-ups)."
@@ -172,6 +180,12 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
 @click.option(
     "--wait-notify-interval", type=float, help="QUEUE_WAIT_NOTIFY_INTERVAL: fallback poll, s."
 )
+@click.option(
+    "--job-timeout",
+    type=float,
+    envvar="DBQUEUE_JOB_TIMEOUT",
+    help="Seconds a job may run (tasks' own timeout= wins); past it the attempt fails.",
+)
 def worker(
     app: App,
     queues: tuple[str, ...],
@@ -182,14 +196,13 @@ def worker(
     purge_max_age: float | None,
     purge_limit: int | None,
     wait_notify_interval: float | None,
+    server: str | None,
     **options: Any,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (or --burst / a limit)."""
-    if not app.registry.names() and app.registry.catch_all is None:
-        logging.getLogger("dbqueue").warning(
-            "no tasks registered (pass --app module:app): every job claimed will fail as unknown"
-        )
     app.settings = app.settings.merged(
+        lock_server=server,
+        notify_server=server,
         rescue_minutes=rescue_minutes,
         purge_minutes=purge_minutes,
         notify_minutes=notify_minutes,
@@ -210,17 +223,24 @@ def maintenance() -> None:
 @database_options
 @click.argument("routine", type=click.Choice(["purge", "rescue", "renotify"]))
 @click.option("--strategy", envvar="DBQUEUE_STRATEGY", help="Whose locks tell live workers.")
+@click.option("--server", envvar="DBQUEUE_LOCK_SERVER", help="HOST:PORT of `dbqueue server`.")
 @click.option("--purge-max-age", type=float, help="Days to keep finished jobs.")
 @click.option("--purge-limit", type=int, help="Rows per purge chunk.")
 def maintenance_run(
     app: App,
     routine: str,
     strategy: str | None,
+    server: str | None,
     purge_max_age: float | None,
     purge_limit: int | None,
 ) -> None:
     """Run one routine now, as the workers' leader would, and print what it did."""
-    app.settings = app.settings.merged(purge_max_age_days=purge_max_age, purge_limit=purge_limit)
+    app.settings = app.settings.merged(
+        purge_max_age_days=purge_max_age,
+        purge_limit=purge_limit,
+        lock_server=server,
+        notify_server=server,
+    )
     click.echo(app.run_maintenance(routine, strategy=strategy))
 
 
@@ -246,10 +266,14 @@ def maintenance_status(app: App, as_json: bool) -> None:
 @click.argument("revision", default="head")
 @click.option("--downgrade", is_flag=True, help="Downgrade to REVISION (default: base).")
 @click.option("--show", is_flag=True, help="Print the current and latest revision, change nothing.")
-def migrate(app: App, revision: str, downgrade: bool, show: bool) -> None:
+@click.option("--sql", is_flag=True, help="Print the upgrade's SQL without connecting.")
+def migrate(app: App, revision: str, downgrade: bool, show: bool, sql: bool) -> None:
     """Create or upgrade the queue tables (the same migrations as `alembic upgrade head`)."""
     from . import migrate as migrations
 
+    if sql:
+        click.echo(migrations.upgrade_sql(app.url, app.names, revision), nl=False)
+        return
     try:
         if show:
             with app.engine.connect() as conn:
@@ -263,7 +287,8 @@ def migrate(app: App, revision: str, downgrade: bool, show: bool) -> None:
             migrations.upgrade(app.engine, app.names, revision)
     except sa.exc.OperationalError as exc:
         raise DatabaseUnavailableError(
-            f"cannot migrate {redact(app.url)}: {str(exc.orig).strip().splitlines()[0]}"
+            f"cannot migrate {redact(app.url)}: {str(exc.orig).strip().splitlines()[0]} "
+            "(check --url / DBQUEUE_URL, that the server is running, and the credentials)"
         ) from None
     click.echo(f"{'downgraded' if downgrade else 'migrated'} {app.names.jobs} on {redact(app.url)}")
 
@@ -322,6 +347,93 @@ def _stats_dict(row: Any) -> dict[str, Any]:
     return {"queue": row.queue, "counts": counts, "oldest_runnable_age": row.oldest_runnable_age}
 
 
+@cli.command()
+@database_options
+@click.option(
+    "--bind",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="DBQUEUE_SERVER_BIND",
+    help="Address to listen on (0.0.0.0: every interface; then set a token).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8970,
+    show_default=True,
+    envvar="LOCK_SERVICE_PORT",
+    help="Port for locks (LOCK_SERVICE_PORT; 0 picks a free one).",
+)
+@click.option(
+    "--notify-port",
+    type=click.IntRange(0, 65535),
+    default=8770,
+    show_default=True,
+    envvar="NOTIFY_SERVICE_PORT",
+    help="Second port, for idle workers (NOTIFY_SERVICE_PORT); both serve the same protocol.",
+)
+@click.option(
+    "--max-clients",
+    type=click.IntRange(1),
+    default=50,
+    show_default=True,
+    envvar="MAX_CLIENT_THREADS",
+    help="Connections served at once (MAX_CLIENT_THREADS).",
+)
+@click.option(
+    "--check-tasks-interval",
+    type=click.FloatRange(0, min_open=True),
+    default=15.0,
+    show_default=True,
+    envvar="CHECK_TASKS_INTERVAL",
+    help="Seconds between polls of the queue table (CHECK_TASKS_INTERVAL).",
+)
+@click.option(
+    "--message-timeout",
+    type=click.FloatRange(0, min_open=True),
+    default=5.0,
+    show_default=True,
+    envvar="TIMEOUT_SOCKET_MESSAGE",
+    help="Seconds a message may take to arrive whole (TIMEOUT_SOCKET_MESSAGE).",
+)
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(0, min_open=True),
+    default=30.0,
+    show_default=True,
+    envvar="LOCK_SERVICE_WAIT_CONN_INTERVAL",
+    help="Seconds a client may stay silent before it is dropped, its locks freed "
+    "(LOCK_SERVICE_WAIT_CONN_INTERVAL; clients ping at a third of it).",
+)
+def server(
+    app: App,
+    bind: str,
+    port: int,
+    notify_port: int,
+    max_clients: int,
+    check_tasks_interval: float,
+    message_timeout: float,
+    idle_timeout: float,
+) -> None:
+    """Run the lock server: named locks and wake-ups over TCP (token: DBQUEUE_LOCK_SERVER_TOKEN)."""
+    from .lockserver.serve import serve
+    from .lockserver.server import ServerConfig
+
+    serve(
+        app,
+        ServerConfig(
+            bind=bind,
+            port=port,
+            notify_port=notify_port,
+            token=os.environ.get("DBQUEUE_LOCK_SERVER_TOKEN") or None,
+            max_clients=max_clients,
+            message_timeout=message_timeout,
+            idle_timeout=idle_timeout,
+            check_interval=check_tasks_interval,
+        ),
+    )
+
+
 @cli.group()
 def dead() -> None:
     """The morgue: jobs whose attempts are exhausted."""
@@ -359,6 +471,107 @@ def dead_requeue(app: App, ids: tuple[int, ...]) -> None:
     click.echo(f"requeued {len(done)}: {' '.join(map(str, done)) or '-'}")
     if missing:
         raise click.ClickException(f"not dead (or no such job): {' '.join(map(str, missing))}")
+
+
+@cli.group()
+def subscriptions() -> None:
+    """Pub/sub subscriptions: who receives each topic (code, or a webhook)."""
+
+
+@subscriptions.command("list")
+@database_options
+@click.option("--topic", help="Only this topic's subscriptions.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def subscriptions_list(app: App, topic: str | None, as_json: bool) -> None:
+    """List subscriptions by topic (credentials in urls and headers are shown as ***)."""
+    rows = app.subscriptions(topic)
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in rows], indent=2, default=_json_default))
+        return
+    if not rows:
+        click.echo("no subscriptions")
+        return
+    for sub in rows:
+        click.echo(_describe_subscription(sub))
+
+
+def _describe_subscription(sub: Subscription) -> str:
+    target = f"{sub.method} {redact_url(sub.url)}" if sub.is_webhook else "code"
+    filters = []
+    if sub.tenant is not None:
+        filters.append(f"tenant={sub.tenant}")
+    if sub.business_group:
+        filters.append(f"business_group={sub.business_group}")
+    headers = redact_headers(sub.headers)
+    if isinstance(headers, dict) and headers:
+        filters.append("headers: " + ", ".join(f"{k}: {v}" for k, v in headers.items()))
+    state = "active" if sub.active else "disabled"
+    extra = f"  {'  '.join(filters)}" if filters else ""
+    return f"{sub.id:24} {sub.topic:24} {state:8} {target}{extra}"
+
+
+@subscriptions.command("add")
+@database_options
+@click.argument("subscription_id")
+@click.option("--topic", required=True, help="The topic (task name) to receive.")
+@click.option("--tenant", type=int, help="Only publications for this tenant.")
+@click.option("--business-group", help="Only publications for this business group.")
+@click.option(
+    "--webhook-url",
+    "webhook_url",
+    help="Deliveries become HTTP calls to this URL, no code needed (--url is the database's).",
+)
+@click.option("--method", default="POST", show_default=True, help="GET, POST or PUT.")
+@click.option("--header", "headers", multiple=True, help="'Name: value' (repeatable).")
+@click.option("--disabled", is_flag=True, help="Add it inactive.")
+def subscriptions_add(
+    app: App,
+    subscription_id: str,
+    topic: str,
+    tenant: int | None,
+    business_group: str | None,
+    webhook_url: str | None,
+    method: str,
+    headers: tuple[str, ...],
+    disabled: bool,
+) -> None:
+    """Subscribe SUBSCRIPTION_ID to a topic."""
+    parsed: dict[str, str] = {}
+    for text in headers:
+        name, value = parse_header(text)
+        if name.lower() in (n.lower() for n in parsed):
+            raise ConfigurationError(f"--header {name} is given twice: give each header once")
+        parsed[name] = value
+    sub = app.add_subscription(
+        None,
+        subscription_id,
+        topic,
+        tenant=tenant,
+        business_group=business_group,
+        url=webhook_url,
+        method=method,
+        headers=parsed or None,
+        active=not disabled,
+    )
+    click.echo(f"added {_describe_subscription(sub)}")
+
+
+@subscriptions.command("disable")
+@database_options
+@click.argument("subscription_id")
+def subscriptions_disable(app: App, subscription_id: str) -> None:
+    """Stop a subscription receiving publications (pending webhook deliveries wait)."""
+    sub = app.disable_subscription(None, subscription_id)
+    click.echo(f"disabled subscription {sub.id} (topic {sub.topic})")
+
+
+@subscriptions.command("enable")
+@database_options
+@click.argument("subscription_id")
+def subscriptions_enable(app: App, subscription_id: str) -> None:
+    """Let a disabled subscription receive publications again."""
+    sub = app.enable_subscription(None, subscription_id)
+    click.echo(f"enabled subscription {sub.id} (topic {sub.topic})")
 
 
 def _json_default(value: Any) -> Any:

@@ -91,6 +91,14 @@ class Settings:
     purge_max_age_days: float | None = None
     purge_limit: int | None = None
     maintenance_tick: float | None = None  # seconds per "minute" of the schedules (tests)
+    # The lock server (client side): HOST:PORT for locks, and for wake-ups (the seed's two
+    # services), a shared token, and the timeout of every message (TIMEOUT_SOCKET_MESSAGE).
+    lock_server: str | None = None
+    notify_server: str | None = None
+    lock_server_token: str | None = None
+    socket_timeout: float | None = None
+    webhook_timeout: float | None = None  # seconds; the seed's DEFAULT_WEBHOOK_TIMEOUT
+    job_timeout: float | None = None  # seconds a job may run unless its task says otherwise
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -119,10 +127,13 @@ class Settings:
             "purge_max_age_days": ("QUEUE_PURGE_MAX_AGE", float),
             "purge_limit": ("QUEUE_PURGE_LIMIT", int),
             "maintenance_tick": ("DBQUEUE_MAINTENANCE_TICK", float),
+            "job_timeout": ("DBQUEUE_JOB_TIMEOUT", float),
         }
         for attribute, (variable, kind) in numbers.items():
             if (v := env_first(env, variable)) is not None:
                 setattr(settings, attribute, parse_number(v, variable, kind, minimum=0))
+        if (v := env_first(env, "DEFAULT_WEBHOOK_TIMEOUT")) is not None:
+            settings.webhook_timeout = parse_number(v, "DEFAULT_WEBHOOK_TIMEOUT", minimum=0.001)
         minutes = {
             "rescue_minutes": "QUEUE_MINUTE_RETRY_THREAD",
             "purge_minutes": "QUEUE_MINUTE_PURGE_THREAD",
@@ -131,7 +142,33 @@ class Settings:
         for attribute, variable in minutes.items():
             if (v := env_first(env, variable)) is not None:
                 setattr(settings, attribute, parse_minutes(v, variable))
+        settings._lock_server_from_env(env)
         return settings
+
+    def _lock_server_from_env(self, env: Mapping[str, str]) -> None:
+        """DBQUEUE_LOCK_SERVER, else the seed's client-server variables: CLIENT_SERVER_MODE=true
+        makes lock_server the strategy, SERVER_HOST + LOCK_SERVICE_PORT / NOTIFY_SERVICE_PORT
+        the addresses of its two services."""
+        self.lock_server_token = env_first(env, "DBQUEUE_LOCK_SERVER_TOKEN")
+        if (v := env_first(env, "TIMEOUT_SOCKET_MESSAGE")) is not None:
+            self.socket_timeout = parse_number(v, "TIMEOUT_SOCKET_MESSAGE", float, minimum=0.1)
+        mode = env_first(env, "CLIENT_SERVER_MODE")
+        client_server = parse_bool(mode, "CLIENT_SERVER_MODE") if mode is not None else False
+        if client_server and self.strategy is None:
+            self.strategy = "lock_server"
+        explicit = env_first(env, "DBQUEUE_LOCK_SERVER")
+        seed = ("SERVER_HOST", "LOCK_SERVICE_PORT", "NOTIFY_SERVICE_PORT")
+        if explicit:
+            self.lock_server = self.notify_server = explicit
+        elif client_server or any(env_first(env, name) for name in seed):
+            host = env_first(env, "SERVER_HOST") or "127.0.0.1"
+            host = f"[{host}]" if ":" in host and not host.startswith("[") else host  # IPv6
+            lock_port = env_first(env, "LOCK_SERVICE_PORT") or "8970"
+            notify_port = env_first(env, "NOTIFY_SERVICE_PORT") or "8770"
+            parse_number(lock_port, "LOCK_SERVICE_PORT", int, minimum=1)
+            parse_number(notify_port, "NOTIFY_SERVICE_PORT", int, minimum=1)
+            self.lock_server = f"{host}:{lock_port}"
+            self.notify_server = f"{host}:{notify_port}"
 
     def merged(self, **overrides: Any) -> Settings:
         """A copy where each non-None override replaces the setting."""

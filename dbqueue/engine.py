@@ -9,7 +9,7 @@ database's name.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,15 +19,17 @@ from sqlalchemy.engine import Connection
 from . import payload as payload_codec
 from .dialects import Dialect
 from .errors import SchemaMissingError
-from .job import Job, MalformedPayload, Status
+from .job import ROW_FIELDS, Job, MalformedPayload, Status
 from .schema import MAX_MESSAGE_CHARS, QueueTables
 from .sqltypes import UtcDateTime
 
+#: Rows per columnar INSERT (PostgreSQL): large enough that statement overhead vanishes.
+_COLUMNAR_ROWS = 10_000
 # SQLite's default limit (32766) is the lowest of the supported databases'.
 _MAX_BIND_PARAMETERS = 32_000
 
-# Columns a claim returns; Job has one attribute for each.
-_JOB_COLUMNS = tuple(name for name in Job.__slots__ if name not in ("started_at",))
+# Columns a claim returns before the claim time; Job has one attribute for each.
+_JOB_COLUMNS = ROW_FIELDS[:-1]
 
 
 def truncate(message: str | None) -> str | None:
@@ -36,7 +38,26 @@ def truncate(message: str | None) -> str | None:
     return message[: MAX_MESSAGE_CHARS - 20] + "\n…[truncated]"
 
 
-@dataclass(frozen=True)
+# Columns every insert sets; the optional ones are sent only when a job sets them (the others
+# keep their server defaults), which keeps bulk inserts small: most jobs set none of them.
+_ALWAYS = ("task", "queue", "payload", "payload_hash", "priority", "max_attempts")
+_OPTIONAL = (
+    "run_at",
+    "external_key",
+    "origin",
+    "destination",
+    "tenant",
+    "business_group",
+    "publication_id",
+    "subscription_id",
+    "dead",
+    "live_id",
+)
+#: What an optional column holds when a job leaves it unset (its server default).
+_UNSET: dict[str, Any] = {"dead": False}
+
+
+@dataclass(slots=True)
 class NewJob:
     """One job to insert; built and validated by the client API."""
 
@@ -58,27 +79,20 @@ class NewJob:
     live_id: int | None = None
 
     def values(self) -> dict[str, Any]:
+        """Column values: the always-set columns and the optional ones this job sets."""
+        payload = self.payload
         row = {
             "task": self.task,
             "queue": self.queue,
-            "payload": self.payload,
-            "payload_hash": payload_codec.payload_hash(self.payload)
-            if self.payload is not None
-            else None,
+            "payload": payload,
+            "payload_hash": None if payload is None else payload_codec.payload_hash(payload),
             "priority": self.priority,
             "max_attempts": self.max_attempts,
-            "external_key": self.external_key,
-            "origin": self.origin,
-            "destination": self.destination,
-            "tenant": self.tenant,
-            "business_group": self.business_group,
-            "publication_id": self.publication_id,
-            "subscription_id": self.subscription_id,
-            "dead": self.dead,
-            "live_id": self.live_id,
         }
-        if self.run_at is not None:
-            row["run_at"] = self.run_at
+        for name in _OPTIONAL:
+            value = getattr(self, name)
+            if value is not None and value is not False:
+                row[name] = value
         return row
 
     @property
@@ -87,6 +101,23 @@ class NewJob:
         if self.run_at is not None:
             return "run_at"
         return "delay" if self.delay else "now"
+
+
+def _same_columns(rows: list[dict[str, Any]]) -> None:
+    """A multi-row INSERT needs one column list: give every row the columns any row sets."""
+    columns = set().union(*rows)
+    for row in rows:
+        if len(row) != len(columns):
+            for name in columns.difference(row):
+                row[name] = _UNSET.get(name)
+
+
+@dataclass(frozen=True)
+class FailResult:
+    """What ``fail()`` did: rows changed (0 if the job was no longer ours), dead-letter job id."""
+
+    changed: int
+    dead_letter_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -103,12 +134,41 @@ class QueueEngine:
         self.dialect = dialect
         self.jobs = tables.jobs
         self._job_columns = [self.jobs.c[name] for name in _JOB_COLUMNS]
+        self._claim_order = dialect.claim_order(self.jobs)
+        self._claim_key = [column.name for column in self._claim_order]
+        self._statements: dict[str, Any] = {}
 
     # ---- enqueue ------------------------------------------------------------------------------
+    def _insert_statement(self, timing: str) -> sa.Insert:
+        """INSERT whose columns come from the parameters; with a delay, run_at is computed from
+        the database clock and the ``delay_seconds`` parameter."""
+
+        def build() -> sa.Insert:
+            stmt = self._with_times(sa.insert(self.jobs), timing)
+            if timing == "delay":
+                delay = sa.bindparam("delay_seconds", type_=sa.Float())
+                stmt = stmt.values(run_at=self.dialect.now_plus(delay))
+            return stmt
+
+        return self.statement(f"insert:{timing}", build)
+
     def insert(self, conn: Connection, job: NewJob) -> int:
-        stmt = sa.insert(self.jobs).values(job.values())
+        row = job.values()
         if job.timing == "delay":
-            stmt = stmt.values(run_at=self.dialect.now_plus(job.delay))
+            row["delay_seconds"] = float(job.delay or 0)
+        with self.translate_errors():
+            result = conn.execute(self._insert_statement(job.timing), row)
+        return int(result.inserted_primary_key[0])
+
+    def insert_finished(self, conn: Connection, job: NewJob, message: str) -> int:
+        """Insert a row that is finished from the start (a publication's own record): no
+        worker ever claims it, and purge removes it with the other finished jobs."""
+        now = self.dialect.now()
+        stmt = (
+            self._with_times(sa.insert(self.jobs), job.timing)
+            .values(job.values())
+            .values(status=Status.SUCCEEDED, message=truncate(message), finished_at=now)
+        )
         with self.translate_errors():
             result = conn.execute(stmt)
         return int(result.inserted_primary_key[0])
@@ -127,21 +187,33 @@ class QueueEngine:
         for index, job in enumerate(jobs):
             groups.setdefault(job.timing, []).append(index)
         ids: list[int | None] = [None] * len(jobs)
-        returning = conn.dialect.insert_returning and conn.dialect.insert_executemany_returning
+        returning = (
+            self.dialect.returns_inserted_ids
+            and conn.dialect.insert_returning
+            and conn.dialect.insert_executemany_returning
+        )
         for timing, indexes in groups.items():
             rows = [jobs[i].values() for i in indexes]
-            stmt = sa.insert(self.jobs)
+            if timing != "delay" and returning and len(rows) > 1:
+                columnar = self._insert_columnar(conn, rows, timing)
+                if columnar is not None:
+                    for i, new_id in zip(indexes, columnar, strict=True):
+                        ids[i] = new_id
+                    continue
             if timing == "delay":
                 for i, row in zip(indexes, rows, strict=True):
                     row["delay_seconds"] = float(jobs[i].delay or 0)
-                delay = sa.bindparam("delay_seconds", type_=sa.Float())
-                stmt = stmt.values(run_at=self.dialect.now_plus(delay))
+            _same_columns(rows)
+            stmt = self._insert_statement(timing)
             # As many rows per statement as the drivers' bind-parameter limits allow.
             page = max(1, _MAX_BIND_PARAMETERS // (len(rows[0]) + 1))
             with self.translate_errors():
                 if returning:
+                    stmt = self.statement(
+                        f"insert:{timing}:returning", lambda s=stmt: s.returning(self.jobs.c.id)
+                    )
                     result = conn.execution_options(insertmanyvalues_page_size=page).execute(
-                        stmt.returning(self.jobs.c.id), rows
+                        stmt, rows
                     )
                     for i, new_id in zip(indexes, sorted(result.scalars()), strict=True):
                         ids[i] = int(new_id)
@@ -149,22 +221,118 @@ class QueueEngine:
                     conn.execute(stmt, rows)
         return [i for i in ids if i is not None]
 
+    def _insert_columnar(
+        self, conn: Connection, rows: list[dict[str, Any]], timing: str
+    ) -> list[int] | None:
+        """Insert rows as one list per column where the dialect can (PostgreSQL's unnest);
+        returns their ids in order, or None to use the multi-row VALUES insert."""
+        _same_columns(rows)
+        columns = tuple(sorted(rows[0]))
+        stmt = self.statement(
+            f"insert:columnar:{timing}:{','.join(columns)}",
+            lambda: self._build_columnar(columns, timing),
+        )
+        if stmt is False:
+            return None
+        found: list[int] = []
+        for first in range(0, len(rows), _COLUMNAR_ROWS):
+            chunk = rows[first : first + _COLUMNAR_ROWS]
+            params = {name: [row[name] for row in chunk] for name in columns}
+            with self.translate_errors():
+                found += sorted(int(i) for i in conn.execute(stmt, params).scalars())
+        return found
+
+    def _build_columnar(self, columns: tuple[str, ...], timing: str) -> Any:
+        stmt = self.dialect.columnar_insert(self.jobs, columns)
+        if stmt is None:
+            return False  # remembered: this dialect has none
+        return self._with_times(stmt, timing).returning(self.jobs.c.id)
+
+    def _with_times(self, stmt: sa.Insert, timing: str) -> sa.Insert:
+        """Where the DDL defaults cannot be the UTC clock, write it explicitly."""
+        if not self.dialect.insert_sets_times:
+            return stmt
+        now = self.dialect.now()
+        stmt = stmt.values(created_at=now, updated_at=now)
+        return stmt.values(run_at=now) if timing == "now" else stmt
+
     # ---- claim --------------------------------------------------------------------------------
     def db_now(self) -> sa.ColumnElement:
         """The database clock, typed so that Python receives an aware UTC datetime."""
         return sa.type_coerce(self.dialect.now(), UtcDateTime())
 
-    def runnable(self, queue: str, limit: int) -> sa.Select:
-        """Runnable jobs of one queue in claim order; strategies add their locking to it."""
+    def statement(self, key: str, build: Callable[[], Any]) -> Any:
+        """A statement built once per QueueEngine and reused: executing the same object skips
+        SQLAlchemy's construction and cache-key work, which dominates a no-op job's cost."""
+        found = self._statements.get(key)
+        if found is None:
+            found = self._statements[key] = build()
+        return found
+
+    def runnable(self, queue: str | None = None, limit: int | None = None) -> sa.Select:
+        """Runnable jobs of one queue in claim order; strategies add their locking to it.
+
+        Without arguments the queue and limit are the bind parameters ``queue`` and ``limit``
+        (what the claim executes); with them, the values are bound (for EXPLAIN and tests).
+        """
+        stmt = self.statement("runnable", self._build_runnable)
+        if queue is None and limit is None:
+            return stmt
+        return stmt.params(queue=queue, limit=limit)
+
+    def _build_runnable(self) -> sa.Select:
         j = self.jobs
         return (
             sa.select(*self._job_columns, self.db_now().label("started_at"))
             .where(
-                j.c.status == Status.AVAILABLE, j.c.queue == queue, j.c.run_at <= self.dialect.now()
+                j.c.status == Status.AVAILABLE,
+                j.c.queue == sa.bindparam("queue", type_=j.c.queue.type),
+                j.c.run_at <= self.dialect.now(),
             )
-            .order_by(j.c.priority, j.c.run_at, j.c.id)
-            .limit(limit)
+            .order_by(*self._claim_order)
+            .limit(sa.bindparam("limit", type_=sa.Integer()))
         )
+
+    def fetch_jobs(
+        self, conn: Connection, stmt: sa.Select, queue: str, limit: int, attempt_increment: int
+    ) -> list[Job]:
+        """Execute a claim built on ``runnable()`` and turn its rows into Jobs.
+
+        A row whose values cannot make a Job (written by hand into SQLite, which stores any
+        text in any column) would fail every claim that reaches it: such rows are set aside as
+        dead, each with a message naming the problem, and the claim returns nothing this round.
+        """
+        for _ in range(2):
+            rows = conn.execute(stmt, {"queue": queue, "limit": limit}).all()
+            try:
+                return [Job.from_tuple(row, attempt_increment) for row in rows]
+            except (TypeError, ValueError):
+                if not self.set_aside_unreadable(conn, [row[0] for row in rows]):
+                    raise
+        return []
+
+    def set_aside_unreadable(self, conn: Connection, ids: Sequence[int]) -> int:
+        """Mark dead, with a message, those of ``ids`` whose rows cannot make a Job."""
+        j = self.jobs
+        found = 0
+        for job_id in ids:
+            try:
+                row = conn.execute(sa.select(*self._job_columns).where(j.c.id == job_id)).one()
+                Job.from_tuple((*row, None), 0)
+            except (TypeError, ValueError) as exc:
+                now = self.dialect.now()
+                message = (
+                    f"the row of job {job_id} cannot be read ({type(exc).__name__}: {exc}); it "
+                    "was probably written by hand with a value its column cannot hold: fix the "
+                    f"row, then requeue it (dbqueue dead requeue {job_id})"
+                )
+                conn.execute(
+                    sa.update(j)
+                    .where(j.c.id == job_id, j.c.status == Status.AVAILABLE)
+                    .values(status=Status.DEAD, message=message, finished_at=now, updated_at=now)
+                )
+                found += 1
+        return found
 
     def candidate_ids(self, conn: Connection, queue: str, limit: int, offset: int = 0) -> list[int]:
         """Ids of runnable jobs in claim order, without locking (lock-based strategies)."""
@@ -176,7 +344,7 @@ class QueueEngine:
                 j.c.queue == queue,
                 j.c.run_at <= self.dialect.now(),
             )
-            .order_by(j.c.priority, j.c.run_at, j.c.id)
+            .order_by(*self._claim_order)
             .limit(limit)
             .offset(offset)
         )
@@ -189,7 +357,11 @@ class QueueEngine:
         now = self.dialect.now()
         stmt = (
             sa.update(j)
-            .where(j.c.id.in_(ids), j.c.status == Status.AVAILABLE, j.c.run_at <= now)
+            .where(
+                j.c.id.in_(ids),
+                self.dialect.unindexed(j.c.status) == Status.AVAILABLE,
+                j.c.run_at <= now,
+            )
             .values(
                 status=Status.RUNNING,
                 attempt=j.c.attempt + 1,
@@ -209,20 +381,28 @@ class QueueEngine:
                     j.c.id.in_(ids), j.c.status == Status.RUNNING, j.c.worker_id == worker_id
                 )
             ).all()
-        jobs = [Job.from_row(row, 0) for row in rows]
-        jobs.sort(key=lambda job: (job.priority, job.run_at, job.id))
+        jobs = [Job.from_tuple(row, 0) for row in rows]
+        jobs.sort(key=lambda job: tuple(getattr(job, name) for name in self._claim_key))
         return jobs
 
-    def release_claims(self, conn: Connection, jobs: Sequence[Job]) -> None:
-        """Undo claim_ids for jobs that were never started (the worker is stopping)."""
+    def release_claims(
+        self, conn: Connection, jobs: Sequence[Job], claimed_by: str | None = None
+    ) -> None:
+        """Undo claim_ids for jobs that were never started (the worker is stopping), or whose
+        transaction rolled back; ``claimed_by`` leaves alone jobs another worker took over."""
         if not jobs:
             return
         j = self.jobs
         now = self.dialect.now()
+        guard = [
+            j.c.id.in_([job.id for job in jobs]),
+            j.c.status == Status.RUNNING,
+            *self._claimed_by(claimed_by),
+        ]
         # Ordered: MySQL evaluates SET left to right, so columns read before attempt changes.
         conn.execute(
             sa.update(j)
-            .where(j.c.id.in_([job.id for job in jobs]), j.c.status == Status.RUNNING)
+            .where(*guard)
             .ordered_values(
                 (
                     j.c.first_attempt_at,
@@ -244,7 +424,7 @@ class QueueEngine:
             .order_by(j.c.id)
             .limit(limit)
         )
-        return [Job.from_row(row, 0) for row in rows]
+        return [Job.from_tuple(row, 0) for row in rows]
 
     def runnable_queues(self, conn: Connection, waited: float = 0.0) -> list[str]:
         """Queues holding jobs that have been runnable for at least ``waited`` seconds."""
@@ -285,30 +465,59 @@ class QueueEngine:
         attempt_increment: int,
         expected_status: str,
         worker_id: str,
+        claimed_by: str | None = None,
     ) -> int:
-        """Mark a batch succeeded with one UPDATE; returns how many rows it changed."""
+        """Mark a batch succeeded with one UPDATE; returns how many rows it changed.
+
+        ``claimed_by``: only rows this worker claimed (a committed claim's fence: a job that
+        was rescued and claimed again since belongs to someone else)."""
         if not done:
             return 0
-        j = self.jobs
         messages = {job.id: truncate(message) for job, message in done if message is not None}
-        started = done[0][0].started_at
-        message = sa.case(messages, value=j.c.id, else_=sa.null()) if messages else sa.null()
+        params = {
+            "ids": [job.id for job, _ in done],
+            "expected_status": expected_status,
+            "increment": attempt_increment,
+            "started": done[0][0].started_at,
+            "worker_id": worker_id,
+        }
+        fenced = claimed_by is not None
+        if fenced:
+            params["claimed_by"] = claimed_by
+        if not messages:
+            stmt = self.statement(
+                f"complete:{fenced}", lambda: self._build_complete(sa.null(), fenced)
+            )
+            return conn.execute(stmt, params).rowcount
+        # Handlers that return a message: one CASE arm per message (rarer, built per batch).
+        j = self.jobs
+        stmt = self._build_complete(sa.case(messages, value=j.c.id, else_=sa.null()), fenced)
+        return conn.execute(stmt, params).rowcount
+
+    def _build_complete(self, message: sa.ColumnElement, fenced: bool) -> sa.Update:
+        j = self.jobs
         now = self.dialect.now()
-        result = conn.execute(
+        started = sa.bindparam("started", type_=j.c.started_at.type)
+        fence = [j.c.worker_id == sa.bindparam("claimed_by", type_=j.c.worker_id.type)]
+        return (
             sa.update(j)
-            .where(j.c.id.in_([job.id for job, _ in done]), j.c.status == expected_status)
+            .where(
+                self.dialect.in_list(j.c.id, "ids"),
+                self.dialect.unindexed(j.c.status)
+                == sa.bindparam("expected_status", type_=j.c.status.type),
+                *(fence if fenced else []),
+            )
             .values(
                 status=Status.SUCCEEDED,
-                attempt=j.c.attempt + attempt_increment,
+                attempt=j.c.attempt + sa.bindparam("increment", type_=sa.Integer()),
                 message=message,
                 started_at=started,
                 first_attempt_at=sa.func.coalesce(j.c.first_attempt_at, started),
                 finished_at=now,
                 updated_at=now,
-                worker_id=worker_id,
+                worker_id=sa.bindparam("worker_id", type_=j.c.worker_id.type),
             )
         )
-        return result.rowcount
 
     def fail(
         self,
@@ -321,12 +530,18 @@ class QueueEngine:
         expected_status: str,
         worker_id: str,
         dead_letter: bool,
-    ) -> int | None:
+        claimed_by: str | None = None,
+        same_attempt: bool = False,
+    ) -> FailResult:
         """Record a failed attempt: retry after ``retry_in`` seconds, or mark the job dead.
 
         When the job dies and its task has a dead handler, a new job with the same payload, the
         dead flag and the live job's id is inserted in the same transaction (the seed's
-        dead queue). Returns that new job's id, if any.
+        dead queue). ``claimed_by`` fences the UPDATE like ``complete()``'s; a job the UPDATE
+        did not change (no longer ours, or already finished) gets no dead-letter job.
+        ``same_attempt``: change the row only if it is still at the attempt that ran (a
+        compare-and-set for outcomes written outside the claim's transaction, which another
+        worker may have claimed again since).
         """
         j = self.jobs
         message = truncate(message)
@@ -346,12 +561,16 @@ class QueueEngine:
             values.update(status=Status.DEAD, finished_at=now)
         else:
             values.update(status=Status.AVAILABLE, run_at=self.dialect.now_plus(retry_in))
-        conn.execute(
-            sa.update(j).where(j.c.id == job.id, j.c.status == expected_status).values(values)
-        )
-        if retry_in is None and dead_letter and not job.dead:
-            return self.insert(conn, self.dead_letter_of(job))
-        return None
+        guard = [j.c.id == job.id, j.c.status == expected_status, *self._claimed_by(claimed_by)]
+        if same_attempt:
+            guard.append(j.c.attempt == job.attempt - attempt_increment)
+        changed = conn.execute(sa.update(j).where(*guard).values(values)).rowcount
+        if changed and retry_in is None and dead_letter and not job.dead:
+            return FailResult(changed, self.insert(conn, self.dead_letter_of(job)))
+        return FailResult(changed)
+
+    def _claimed_by(self, worker_id: str | None) -> list[sa.ColumnElement]:
+        return [] if worker_id is None else [self.jobs.c.worker_id == worker_id]
 
     @staticmethod
     def dead_letter_of(job: Job) -> NewJob:

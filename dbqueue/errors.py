@@ -42,3 +42,12 @@ class JobTimeoutError(DbqueueError):
 
 class DatabaseUnavailableError(DbqueueError):
     """The database cannot be reached or refused the credentials."""
+
+
+class AttemptFailed(DbqueueError):
+    """Raised by a handler to fail the attempt with exactly this message, without a traceback.
+
+    The built-in webhook handler uses it: a 500 or a timeout is an expected outcome whose
+    message (status, response excerpt) says everything; a stack trace would only bury it.
+    The attempt is retried, then dead-lettered, like any other failure.
+    """

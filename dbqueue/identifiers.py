@@ -18,10 +18,12 @@ MAX_IDENTIFIER = 63
 MAX_PREFIX = 40
 MAX_QUEUE_NAME = 64
 MAX_TASK_NAME = 200
+MAX_SUBSCRIPTION_ID = 100
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z|\Z")
 _QUEUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]*\Z")
+_SUBSCRIPTION = _QUEUE  # letters, digits, _ . : - (never "*", which marks a publication)
 _TASK = re.compile(r"[^\x00-\x1f\x7f]+\Z")
 
 
@@ -59,5 +61,18 @@ def check_task_name(value: str) -> str:
         raise UnsafeIdentifierError(
             f"task name {value!r} is not allowed: use 1-{MAX_TASK_NAME} printable characters "
             "(e.g. 'send_invoice')."
+        )
+    return value
+
+
+def check_subscription_id(value: str) -> str:
+    if (
+        not isinstance(value, str)
+        or not _SUBSCRIPTION.match(value)
+        or len(value) > MAX_SUBSCRIPTION_ID
+    ):
+        raise UnsafeIdentifierError(
+            f"subscription id {value!r} is not allowed: use 1-{MAX_SUBSCRIPTION_ID} characters "
+            "from letters, digits and _ . : - (e.g. 'crm-webhook' or 'search_index')."
         )
     return value

@@ -2,7 +2,8 @@
 
 A lock belongs to one connection (or lock-server client) and dies with it, so a crashed worker
 frees its jobs and its maintenance routines at once. Backends: the database's own advisory
-locks (PostgreSQL pg_try_advisory_lock, MySQL/MariaDB GET_LOCK) and the lock server.
+locks (PostgreSQL pg_try_advisory_lock, MySQL/MariaDB GET_LOCK) and the lock server
+(``dbqueue/lockserver/locks.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ class LockBackend(abc.ABC):
     @abc.abstractmethod
     def release(self, conn: Connection, names: Sequence[str]) -> None:
         """Release locks this owner holds."""
+
+    def release_for_thread(self, thread_id: int, names: Sequence[str]) -> None:  # noqa: B027
+        """Release locks another thread of this process took (one the watchdog abandoned).
+        Database locks need nothing: they died with the connection the watchdog ended."""
+
+    def holding(self, conn: Connection, names: Sequence[str]) -> bool:
+        """Whether this owner still holds every one of ``names`` (checked just before a job's
+        outcome commits). Database locks belong to the session that commits, so they cannot
+        be lost while the transaction survives: always True here."""
+        return True
 
 
 class DatabaseLocks(LockBackend):

@@ -18,9 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from .engine import QueueEngine
+from .errors import DbqueueError
 from .job import Status
 from .locks import job_lock_name, routine_lock_name
 from .retry import retry_delay
@@ -106,6 +108,14 @@ class Maintenance:
                 if slot in routine.minutes and not self._stop.is_set():
                     try:
                         self.run_tick(routine.name, tick)
+                    except sa.exc.DBAPIError as exc:  # database down or restarting: next tick
+                        log.warning(
+                            "maintenance routine %s skipped a tick: database error (%s)",
+                            routine.name,
+                            _first_line(exc.orig),
+                        )
+                    except DbqueueError as exc:  # e.g. the lock server is unreachable: next tick
+                        log.warning("maintenance routine %s not run: %s", routine.name, exc)
                     except Exception:  # a failing routine must not stop the others or the worker
                         log.exception("maintenance routine %s failed", routine.name)
 
@@ -134,7 +144,12 @@ class Maintenance:
                 try:
                     result = routine.run(conn, engine)
                 except Exception as exc:
-                    log.exception("%s failed", name)
+                    if isinstance(exc, sa.exc.DBAPIError):
+                        raise  # the connection is gone: nothing can be recorded this tick
+                    if isinstance(exc, DbqueueError):  # e.g. the lock server went away: expected
+                        log.warning("%s stopped: %s", name, exc)
+                    else:
+                        log.exception("%s failed", name)
                     result = f"failed: {type(exc).__name__}: {exc}"
                     conn.rollback()
                 finally:
@@ -176,12 +191,12 @@ class Maintenance:
         names = [job_lock_name(namespace, job.id) for job in running]
         acquired = locks.try_acquire(conn, names)
         orphans = [job for job, got in zip(running, acquired, strict=True) if got]
+        rescued: list[int] = []
         try:
             for job in orphans:
-                definition = self.app.registry.get(job.task)
-                backoff = (definition.backoff if definition else None) or self.app.backoff
+                backoff = self.app.registry.backoff_for(job) or self.app.backoff
                 with conn.begin():
-                    engine.fail(
+                    failed = engine.fail(
                         conn,
                         job,
                         f"the worker running this job ({job.worker_id}) died: its lock was "
@@ -192,12 +207,14 @@ class Maintenance:
                         worker_id=self.worker_id,
                         dead_letter=self.app.registry.has_dead_handler(job),
                     )
+                if failed.changed:  # else it finished (or was given back) since it was listed
+                    rescued.append(job.id)
         finally:
             locks.release(conn, [n for n, got in zip(names, acquired, strict=True) if got])
-        if not orphans:
+        if not rescued:
             return f"{len(running)} running job(s), all held by live workers"
-        ids = ", ".join(str(job.id) for job in orphans[:20])
-        return f"rescued {len(orphans)} job(s) whose worker died: {ids}"
+        ids = ", ".join(str(job_id) for job_id in rescued[:20])
+        return f"rescued {len(rescued)} job(s) whose worker died: {ids}"
 
     def renotify(self, conn: Connection, engine: QueueEngine) -> str:
         """Wake workers for runnable jobs no insert notified: due retries, delayed jobs, jobs
@@ -208,3 +225,8 @@ class Maintenance:
             queues = engine.runnable_queues(conn)
             sent = self.notifier.notify(conn, queues)
         return f"notified {sent} queue(s): {', '.join(queues)}" if queues else "nothing runnable"
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip() if exc is not None else ""
+    return text.splitlines()[0] if text else type(exc).__name__

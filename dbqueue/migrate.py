@@ -8,6 +8,7 @@ so several queues in one database, and the application's own Alembic history, ne
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from pathlib import Path
@@ -44,6 +45,17 @@ def head_revision() -> str:
 
 def upgrade(bind: Engine | Connection, names: TableNames, revision: str = "head") -> None:
     _run(command.upgrade, bind, names, revision)
+
+
+def upgrade_sql(url: str, names: TableNames, revision: str = "head") -> str:
+    """The SQL ``upgrade`` would run on a database of ``url``'s kind, without connecting
+    (Alembic's offline mode): to review the DDL, or to hand it to a DBA."""
+    buffer = io.StringIO()
+    cfg = alembic_config(names)
+    cfg.output_buffer = buffer
+    cfg.attributes["offline_url"] = url
+    command.upgrade(cfg, revision, sql=True)
+    return buffer.getvalue()
 
 
 def downgrade(bind: Engine | Connection, names: TableNames, revision: str = "base") -> None:
@@ -117,8 +129,12 @@ def run_migrations(context: Any) -> None:
     if connection is not None:
         _migrate(context, connection, names)
         return
-    url = xargs.get("url") or config.get_main_option("sqlalchemy.url") or None
+    url = config.attributes.get("offline_url") or xargs.get("url")
+    url = url or config.get_main_option("sqlalchemy.url") or None
     url = resolve_url(url, xargs.get("dialect") or os.environ.get("DBQUEUE_DIALECT"))
+    if context.is_offline_mode():
+        _migrate_offline(context, url, names)
+        return
     from .app import App
 
     engine = App(url).create_engine()
@@ -130,12 +146,41 @@ def run_migrations(context: Any) -> None:
 
 
 def _migrate(context: Any, connection: Connection, names: TableNames) -> None:
+    dialect = dialects.for_sqlalchemy(connection.dialect)
     context.configure(
         connection=connection,
         target_metadata=tables_for(names).metadata,
         version_table=names.version_table,
         version_table_schema=names.schema,
-        render_as_batch=dialects.for_sqlalchemy(connection.dialect).needs_batch_alter,
+        version_table_pk=dialect.version_table_pk,
+        render_as_batch=dialect.needs_batch_alter,
     )
     with context.begin_transaction():
         context.run_migrations(names=names)
+
+
+def _migrate_offline(context: Any, url: str, names: TableNames) -> None:
+    parsed = dialects.class_for_url(sa.engine.make_url(url)).normalize_url(sa.engine.make_url(url))
+    dialect = dialects.for_sqlalchemy(parsed.get_dialect()())
+    context.configure(
+        dialect_name=parsed.get_backend_name(),
+        url=parsed,
+        target_metadata=tables_for(names).metadata,
+        version_table=names.version_table,
+        version_table_schema=names.schema,
+        version_table_pk=dialect.version_table_pk,
+        render_as_batch=dialect.needs_batch_alter,
+        literal_binds=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations(names=names)
+
+
+def table_options(key: str) -> dict[str, Any]:
+    """For migration scripts: CREATE TABLE options of the database being migrated (engine and
+    collation on MySQL, a sharded rowstore on SingleStore). ``key`` is the primary key."""
+    from alembic import op
+
+    context = op.get_context()
+    dialect = dialects.for_sqlalchemy(context.dialect)
+    return dialect.table_options(None if context.as_sql else op.get_bind(), key)

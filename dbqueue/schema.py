@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
-from .identifiers import check_identifier, check_prefix
+from .identifiers import MAX_SUBSCRIPTION_ID, check_identifier, check_prefix
 from .job import Status
 from .sqltypes import Payload, UtcDateTime
 
@@ -22,6 +22,8 @@ DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 50
 DEFAULT_MAX_ATTEMPTS = 100  # the seed's QUEUE_MAX_RETRY
 MAX_MESSAGE_CHARS = 10_000
+HTTP_METHODS = ("GET", "POST", "PUT")  # what a webhook subscription may use (the seed's)
+DEFAULT_HTTP_METHOD = "POST"
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,16 @@ class TableNames:
     jobs: str
     subscriptions: str
     schema: str | None = None
+
+    def __post_init__(self) -> None:
+        # However a TableNames is built, its names are safe to put into DDL.
+        check_identifier(self.jobs, "jobs table name")
+        check_identifier(self.subscriptions, "subscriptions table name")
+        if self.schema is not None:
+            check_identifier(self.schema, "schema name")
+        check_identifier(
+            self.version_table, "migration version table name (jobs table + '_alembic')"
+        )
 
     @classmethod
     def resolve(
@@ -76,6 +88,7 @@ class QueueTables:
     metadata: sa.MetaData
     jobs: sa.Table
     maintenance: sa.Table
+    subscriptions: sa.Table
 
 
 def _timestamp(name: str, *, server_now: bool = False, nullable: bool = True) -> sa.Column:
@@ -148,7 +161,9 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
     sa.Index(
         f"{t}_claim", table.c.status, table.c.queue, table.c.priority, table.c.run_at, table.c.id
     )
-    sa.Index(f"{t}_finished", table.c.finished_at)  # purge, in chunks, oldest first
+    # Purge, in chunks, oldest first. Partial where the database can: enqueues skip it.
+    finished = table.c.finished_at.isnot(None)
+    sa.Index(f"{t}_finished", table.c.finished_at, postgresql_where=finished, sqlite_where=finished)
     sa.Index(f"{t}_equivalent", table.c.task, table.c.payload_hash)  # find_equivalent
     return table
 
@@ -169,6 +184,32 @@ def maintenance_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
     )
 
 
+def subscriptions_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
+    """Who receives each pub/sub topic: code registered for the id, or a webhook (``url``).
+
+    Only a string primary key and a plain index: no foreign keys, unique keys or triggers, so the
+    same table works on SingleStore (whose unique keys must contain the shard key).
+    """
+    t = names.subscriptions
+    table = sa.Table(
+        t,
+        metadata,
+        sa.Column("id", sa.String(MAX_SUBSCRIPTION_ID), primary_key=True, autoincrement=False),
+        sa.Column("topic", sa.String(200), nullable=False),
+        sa.Column("tenant", sa.BigInteger(), nullable=True),
+        sa.Column("business_group", sa.String(100), nullable=True),
+        sa.Column("url", sa.Text(), nullable=True),
+        sa.Column("http_method", sa.String(8), nullable=True, server_default=DEFAULT_HTTP_METHOD),
+        sa.Column("headers", Payload(), nullable=True),
+        sa.Column("active", sa.Boolean(), nullable=False, server_default=sa.true()),
+        _timestamp("created_at", server_now=True, nullable=False),
+        schema=names.schema,
+        **_table_kwargs(),
+    )
+    sa.Index(f"{t}_topic", table.c.topic)  # publish: the active subscriptions of one topic
+    return table
+
+
 @functools.lru_cache(maxsize=64)
 def tables_for(names: TableNames) -> QueueTables:
     metadata = sa.MetaData()
@@ -177,4 +218,5 @@ def tables_for(names: TableNames) -> QueueTables:
         metadata=metadata,
         jobs=jobs_table(metadata, names),
         maintenance=maintenance_table(metadata, names),
+        subscriptions=subscriptions_table(metadata, names),
     )

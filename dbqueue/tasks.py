@@ -1,4 +1,5 @@
-"""Task definitions: the handler for each task name, with its queue and retry policy."""
+"""Task definitions: the handler for each task name (and each pub/sub subscriber), with its queue
+and retry policy."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigurationError, UnknownTaskError
-from .identifiers import check_queue_name, check_task_name
+from .identifiers import check_queue_name, check_subscription_id, check_task_name
 from .job import Job
 from .retry import Backoff
 
@@ -23,35 +24,43 @@ class TaskDefinition:
     max_attempts: int | None = None
     backoff: Backoff | None = None
     dead_handler: Handler | None = None
+    #: seconds a run may take before it is interrupted with JobTimeoutError (None: no limit).
+    timeout: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: For a subscriber: the subscription id it handles (``name`` is then the topic, or ``*``
+    #: for "any topic", as the seed's ``@Subscriber(id)`` registers).
+    subscription_id: str | None = None
+
+
+ANY_TOPIC = "*"
 
 
 class TaskRegistry:
-    """Task name → definition; an optional catch-all serves every other name (WorkerBase)."""
+    """Task name → definition, and (topic, subscription id) → subscriber definition.
+
+    An optional catch-all serves every other task name (WorkerBase). A delivery of a pub/sub
+    publication (a job with a ``subscription_id``) goes to its subscriber's code, else to
+    ``subscriber_fallback`` — the App's built-in webhook handler — never to the catch-all.
+    """
 
     def __init__(self) -> None:
         self._tasks: dict[str, TaskDefinition] = {}
+        self._subscribers: dict[tuple[str, str], TaskDefinition] = {}
         self.catch_all: TaskDefinition | None = None
+        #: Runs deliveries no code is registered for (the App points it at its webhook sender).
+        self.subscriber_fallback: Handler | None = None
 
+    # ---- tasks ----------------------------------------------------------------------------
     def register(self, definition: TaskDefinition) -> TaskDefinition:
         check_task_name(definition.name)
         if definition.queue is not None:
             check_queue_name(definition.queue)
+        if definition.timeout is not None:
+            definition.timeout = check_timeout(definition.timeout, f"task {definition.name!r}")
         existing = self._tasks.get(definition.name)
-        if (
-            existing is not None
-            and existing.handler is not None
-            and definition.handler is not None
-            and existing.handler is not definition.handler
-        ):
-            raise ConfigurationError(
-                f"task {definition.name!r} is registered twice ({_describe(existing.handler)} "
-                f"and {_describe(definition.handler)}): give one of them another name"
-            )
+        _check_not_twice(f"task {definition.name!r}", existing, definition)
         if existing is not None:
-            # A dead handler registered before its task (or the reverse): merge the two.
-            definition.dead_handler = definition.dead_handler or existing.dead_handler
-            definition.handler = definition.handler or existing.handler
+            _merge(existing, definition)
         self._tasks[definition.name] = definition
         return definition
 
@@ -67,8 +76,72 @@ class TaskRegistry:
     def names(self) -> list[str]:
         return sorted(self._tasks)
 
+    # ---- subscribers ----------------------------------------------------------------------
+    def register_subscriber(self, definition: TaskDefinition) -> TaskDefinition:
+        """Register code for one subscription; ``definition.name`` is its topic (or ``*``)."""
+        if definition.name != ANY_TOPIC:
+            check_task_name(definition.name)
+        assert definition.subscription_id is not None
+        check_subscription_id(definition.subscription_id)
+        if definition.queue is not None:
+            check_queue_name(definition.queue)
+        key = (definition.name, definition.subscription_id)
+        existing = self._subscribers.get(key)
+        what = f"subscriber {definition.subscription_id!r} of topic {definition.name!r}"
+        _check_not_twice(what, existing, definition)
+        if existing is not None:
+            _merge(existing, definition)
+        self._subscribers[key] = definition
+        return definition
+
+    def add_dead_subscriber(self, topic: str, subscription_id: str, handler: Handler) -> None:
+        definition = self._subscribers.get((topic, subscription_id))
+        if definition is None:
+            definition = self.register_subscriber(
+                TaskDefinition(name=topic, handler=None, subscription_id=subscription_id)
+            )
+        definition.dead_handler = handler
+
+    def subscriber(self, topic: str, subscription_id: str) -> TaskDefinition | None:
+        """The definition for a subscription: registered for its topic, else for any topic."""
+        return self._subscribers.get((topic, subscription_id)) or self._subscribers.get(
+            (ANY_TOPIC, subscription_id)
+        )
+
+    def _subscriber_handlers(self, topic: str, subscription_id: str) -> tuple[Any, Any]:
+        """(handler, dead handler), each from the topic's registration, else any topic's."""
+        found = [
+            self._subscribers.get((topic, subscription_id)),
+            self._subscribers.get((ANY_TOPIC, subscription_id)),
+        ]
+        handler = next((d.handler for d in found if d and d.handler), None)
+        dead = next((d.dead_handler for d in found if d and d.dead_handler), None)
+        return handler, dead
+
+    def subscriber_ids(self) -> list[str]:
+        return sorted({subscription for _, subscription in self._subscribers})
+
+    # ---- lookups the worker makes ---------------------------------------------------------
+    def is_empty(self) -> bool:
+        return not self._tasks and not self._subscribers and self.catch_all is None
+
+    def has_timeouts(self) -> bool:
+        definitions = [*self._tasks.values(), *self._subscribers.values(), self.catch_all]
+        return any(d is not None and d.timeout is not None for d in definitions)
+
     def queues(self) -> list[str]:
-        return sorted({d.queue for d in self._tasks.values() if d.queue is not None})
+        definitions = [*self._tasks.values(), *self._subscribers.values()]
+        return sorted({d.queue for d in definitions if d.queue is not None})
+
+    def definition_of(self, job: Job) -> TaskDefinition | None:
+        """The registered definition a job's retry policy comes from (none: the App's)."""
+        if job.subscription_id is not None:
+            return self.subscriber(job.task, job.subscription_id)
+        return self._tasks.get(job.task)
+
+    def backoff_for(self, job: Job) -> Backoff | None:
+        definition = self.definition_of(job)
+        return definition.backoff if definition is not None else None
 
     def definition_for(self, job: Job) -> TaskDefinition:
         definition = self._tasks.get(job.task)
@@ -84,6 +157,14 @@ class TaskRegistry:
         )
 
     def handler_for(self, job: Job) -> Handler:
+        return self.resolve(job)[1]
+
+    def resolve(self, job: Job) -> tuple[TaskDefinition | None, Handler]:
+        """The job's definition (None for a delivery no code registered: a webhook) and the
+        handler to call (its dead handler for a dead-letter job); UnknownTaskError, naming the
+        fix, when there is none."""
+        if job.subscription_id is not None:
+            return self.definition_of(job), self._delivery_handler(job)
         definition = self.definition_for(job)
         if job.dead:
             if definition.dead_handler is None:
@@ -91,13 +172,64 @@ class TaskRegistry:
                     f"job {job.id} is a dead-letter job of task {job.task!r}, but no dead handler "
                     f"is registered for it: add @app.dead_handler({job.task!r})"
                 )
-            return definition.dead_handler
+            return definition, definition.dead_handler
         assert definition.handler is not None
-        return definition.handler
+        return definition, definition.handler
+
+    def _delivery_handler(self, job: Job) -> Handler:
+        handler, dead_handler = self._subscriber_handlers(job.task, job.subscription_id)
+        if job.dead:
+            if dead_handler is None:
+                raise UnknownTaskError(
+                    f"job {job.id} is a dead-letter delivery of subscription "
+                    f"{job.subscription_id!r} (topic {job.task!r}), but no dead handler is "
+                    f"registered for it: add @app.dead_subscriber({job.task!r}, "
+                    f"{job.subscription_id!r})"
+                )
+            return dead_handler
+        if handler is not None:
+            return handler
+        if self.subscriber_fallback is not None:
+            return self.subscriber_fallback
+        raise UnknownTaskError(
+            f"no subscriber is registered for subscription {job.subscription_id!r} of topic "
+            f"{job.task!r} in this worker: add @app.subscriber({job.task!r}, "
+            f"{job.subscription_id!r}), or give the subscription a webhook url"
+        )
 
     def has_dead_handler(self, job: Job) -> bool:
+        if job.subscription_id is not None:
+            return self._subscriber_handlers(job.task, job.subscription_id)[1] is not None
         definition = self._tasks.get(job.task) or self.catch_all
         return definition is not None and definition.dead_handler is not None
+
+
+def _check_not_twice(what: str, existing: TaskDefinition | None, new: TaskDefinition) -> None:
+    if (
+        existing is not None
+        and existing.handler is not None
+        and new.handler is not None
+        and existing.handler is not new.handler
+    ):
+        raise ConfigurationError(
+            f"{what} is registered twice ({_describe(existing.handler)} and "
+            f"{_describe(new.handler)}): give one of them another name"
+        )
+
+
+def _merge(existing: TaskDefinition, new: TaskDefinition) -> None:
+    """A dead handler registered before its task (or the reverse): merge the two."""
+    new.dead_handler = new.dead_handler or existing.dead_handler
+    new.handler = new.handler or existing.handler
+
+
+def check_timeout(value: Any, what: str) -> float:
+    """A timeout is a positive number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigurationError(
+            f"{what}: timeout={value!r} must be a positive number of seconds (e.g. 30)"
+        )
+    return float(value)
 
 
 def _describe(handler: Handler) -> str:

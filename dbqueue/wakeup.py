@@ -12,7 +12,9 @@ log = logging.getLogger("dbqueue.wakeup")
 
 
 class WakeSignal:
-    """Idle worker threads sleep on this; a push, a local enqueue or stop() wakes them all.
+    """Idle worker threads sleep on this. A push or a local enqueue wakes one thread (which
+    wakes another if it finds a full batch: a cascade, instead of every thread racing for the
+    same job); stop() wakes them all.
 
     A generation counter closes the race between "the claim found nothing" and "start
     waiting": a wake that lands in between makes the wait return at once.
@@ -26,10 +28,13 @@ class WakeSignal:
     def generation(self) -> int:
         return self._generation
 
-    def wake(self) -> None:
+    def wake(self, everyone: bool = False) -> None:
         with self._condition:
             self._generation += 1
-            self._condition.notify_all()
+            if everyone:
+                self._condition.notify_all()
+            else:
+                self._condition.notify()
 
     def wait(self, seen: int, timeout: float) -> bool:
         """Sleep up to ``timeout`` unless woken since generation ``seen``; True if woken."""
@@ -45,8 +50,8 @@ class Notifier:
     #: True when workers are pushed to (so the fallback poll can be long).
     pushes: bool = False
 
-    def start(self, on_wake: Callable[[], None]) -> None:
-        """Begin delivering pushes to ``on_wake`` (from a background thread)."""
+    def start(self, on_wake: Callable[[], None], queues: Sequence[str] = ()) -> None:
+        """Begin delivering pushes for ``queues`` to ``on_wake`` (from a background thread)."""
 
     def stop(self) -> None:
         """Stop delivering pushes."""

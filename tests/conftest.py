@@ -2,7 +2,9 @@
 
 Each backend is a (database, claim strategy) pair. A server that cannot be reached is skipped
 with a loud banner when run locally, and fails the run when CI=true.
-Override the servers with DBQUEUE_TEST_POSTGRESQL_URL / DBQUEUE_TEST_MYSQL_URL.
+Override the servers with DBQUEUE_TEST_POSTGRESQL_URL / DBQUEUE_TEST_MYSQL_URL /
+DBQUEUE_TEST_SINGLESTORE_URL. lock_server backends get a real `dbqueue server` process per
+database, started on a free port the first time one is used.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from support.backends import (  # noqa: E402
     BACKENDS,
+    DEFAULT_STRATEGY,
     Backend,
     database_reachable,
     prepare_database,
 )
+from support.lockserver import ServerProcess, start_server  # noqa: E402
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -50,17 +54,44 @@ def _prepared(sqlite_path: Path) -> dict[str, str]:
     return {}
 
 
+@pytest.fixture(scope="session")
+def lock_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
+    """database name → its `dbqueue server` process, stopped when the session ends."""
+    servers: dict[str, ServerProcess] = {}
+    yield servers
+    for server in servers.values():
+        code = server.stop()
+        assert code == 0, f"dbqueue server exited with {code}:\n{server.tail()}"
+
+
+def _server_for(request: pytest.FixtureRequest, database: str, url: str, prefix: str) -> str:
+    servers = request.getfixturevalue("lock_servers")
+    if database not in servers or servers[database].process.poll() is not None:
+        log = request.getfixturevalue("tmp_path_factory").mktemp("lockserver") / "server.log"
+        servers[database] = start_server(url, prefix, log)
+    return servers[database].address
+
+
 def _backend(request: pytest.FixtureRequest, key: str) -> Backend:
     spec = BACKENDS[key]
     url = spec.url(request.getfixturevalue("sqlite_path"))
     requires_backend(spec.database, url)
     prepared = request.getfixturevalue("_prepared")
     if spec.database not in prepared:
-        prepare_database(url)
+        prepare_database(url, spec.prefix)
         prepared[spec.database] = url
-    backend = Backend(spec.key, spec.database, spec.strategy, url)
+    server = None
+    if spec.strategy == "lock_server":
+        server = _server_for(request, spec.database, url, spec.prefix)
+    backend = Backend(spec.key, spec.database, spec.strategy, url, spec.prefix, server)
     backend.reset()
     return backend
+
+
+@pytest.fixture
+def lock_server(request: pytest.FixtureRequest):
+    """``lock_server(backend)`` → HOST:PORT of the lock server on that backend's database."""
+    return lambda backend: _server_for(request, backend.database, backend.url, backend.prefix)
 
 
 @pytest.fixture(params=sorted(BACKENDS), ids=lambda key: key)
@@ -72,8 +103,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
 @pytest.fixture(params=sorted({spec.database for spec in BACKENDS.values()}))
 def database(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Every database once, with its default strategy (for tests that are not about claims)."""
-    key = next(k for k, s in sorted(BACKENDS.items()) if s.database == request.param)
-    yield _backend(request, key)
+    yield _backend(request, f"{request.param}-{DEFAULT_STRATEGY[request.param]}")
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from support.backends import drop_queue_tables
+from support.backends import PREFIX, drop_queue_tables
 
 import dbqueue
 from dbqueue import migrate
@@ -36,7 +36,7 @@ from dbqueue.schema import tables_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-PG_SCHEMA = "dbqueue_mig_test"
+PG_SCHEMA = f"dbqueue_mig_{PREFIX.rstrip('_')}"
 
 
 def own_prefix(tag: str = "mig") -> str:
@@ -153,6 +153,7 @@ def test_upgrade_downgrade_upgrade_round_trip(own):
         migrate.upgrade(engine, names)
         assert has_table(engine, names.jobs), f"round {round_trip}: no {names.jobs}"
         assert has_table(engine, names.maintenance)
+        assert has_table(engine, names.subscriptions)
         assert has_table(engine, names.version_table)
         assert names.version_table == f"{names.jobs}_alembic"
         if postgresql:
@@ -173,6 +174,7 @@ def test_upgrade_downgrade_upgrade_round_trip(own):
         migrate.downgrade(engine, names, "base")
         assert not has_table(engine, names.jobs), f"round {round_trip}: {names.jobs} survived"
         assert not has_table(engine, names.maintenance)
+        assert not has_table(engine, names.subscriptions)
         if postgresql:
             assert not pg_function_exists(engine, f"{names.jobs}_notify")
         with engine.connect() as conn:
@@ -230,7 +232,7 @@ def test_migrations_create_exactly_the_declared_tables(own):
     migrate.upgrade(engine, names)
     metadata = tables_for(names).metadata
     ours = {t.name for t in metadata.tables.values()}
-    assert ours == {names.jobs, names.maintenance}
+    assert ours == {names.jobs, names.maintenance, names.subscriptions}
 
     def include_name(name, type_, parent_names):
         # Only this queue's tables: the database holds other queues' and other tests' tables.
@@ -270,6 +272,37 @@ def test_migrations_create_exactly_the_declared_tables(own):
         f"{names.jobs}_finished",
         f"{names.jobs}_equivalent",
     }
+    # No foreign key, unique key or trigger on the subscriptions table (SingleStore has none).
+    subscriptions = declared_shape(tables_for(names).subscriptions)
+    assert subscriptions["primary_key"] == ["id"]
+    assert subscriptions["indexes"] == {f"{names.subscriptions}_topic": (["topic"], False)}
+    assert not tables_for(names).subscriptions.foreign_keys
+
+
+def test_downgrading_0003_drops_only_the_subscriptions_table(own):
+    engine, names = own.engine, own.names
+    migrate.upgrade(engine, names)
+    own.app.add_subscription(engine, "crm", "order.paid")
+    job_id = own.app.enqueue(engine, "kept", {"n": 1})
+
+    migrate.downgrade(engine, names, "0002")
+    assert not has_table(engine, names.subscriptions)
+    assert has_table(engine, names.jobs) and has_table(engine, names.maintenance)
+    assert own.app.get_job(job_id, engine)["payload"] == {"n": 1}
+    with engine.connect() as conn:
+        assert migrate.current_revision(conn, names) == "0002"
+        with pytest.raises(dbqueue.SchemaMissingError) as outdated:
+            migrate.check_schema(conn, names)
+    assert "dbqueue migrate" in str(outdated.value)
+    with pytest.raises(dbqueue.SchemaMissingError) as missing:
+        own.app.publish(engine, "order.paid", {})
+    assert names.subscriptions in str(missing.value) and "dbqueue migrate" in str(missing.value)
+
+    migrate.upgrade(engine, names)
+    assert own.app.subscriptions(target=engine) == []
+    own.app.add_subscription(engine, "crm", "order.paid")
+    publication = own.app.publish(engine, "order.paid", {"n": 2})
+    assert own.app.get_job(publication, engine)["message"].endswith(": crm")
 
 
 # ---- several queues in one database ----------------------------------------------------------
@@ -290,7 +323,13 @@ def test_two_prefixes_are_independent_queues(two_own):
     migrate.downgrade(first.engine, first.names, "base")
     assert not has_table(first.engine, first.names.jobs)
     assert not has_table(first.engine, first.names.maintenance)
-    for table in (second.names.jobs, second.names.maintenance, second.names.version_table):
+    assert not has_table(first.engine, first.names.subscriptions)
+    for table in (
+        second.names.jobs,
+        second.names.maintenance,
+        second.names.subscriptions,
+        second.names.version_table,
+    ):
         assert has_table(second.engine, table), f"downgrading {first.prefix} dropped {table}"
     with second.engine.connect() as conn:
         assert migrate.current_revision(conn, second.names) == migrate.head_revision()
@@ -312,7 +351,7 @@ def test_a_postgresql_schema_holds_a_queue(postgresql):
     names = app.names
     try:
         app.migrate()
-        for table in (names.jobs, names.maintenance, names.version_table):
+        for table in (names.jobs, names.maintenance, names.subscriptions, names.version_table):
             assert has_table(admin, table, schema=PG_SCHEMA), table
             assert not has_table(admin, table), f"{table} leaked into the default schema"
         assert pg_function_exists(admin, f"{names.jobs}_notify", PG_SCHEMA)
@@ -332,8 +371,13 @@ def test_a_postgresql_schema_holds_a_queue(postgresql):
             ).scalar_one()
         assert stored == "in_schema"
 
+        app.add_subscription(None, "in_schema", "in_schema")
+        publication = app.publish(None, "in_schema", {})
+        assert app.get_job(publication)["message"].endswith(": in_schema")
+
         migrate.downgrade(app.engine, names, "base")
         assert not has_table(admin, names.jobs, schema=PG_SCHEMA)
+        assert not has_table(admin, names.subscriptions, schema=PG_SCHEMA)
         assert not pg_function_exists(admin, f"{names.jobs}_notify", PG_SCHEMA)
     finally:
         app.engine.dispose()
@@ -358,6 +402,7 @@ def test_alembic_upgrade_head_from_the_checkout(target, request, tmp_path):
         assert up.returncode == 0, describe(up)
         assert has_table(queue.engine, names.jobs)
         assert has_table(queue.engine, names.maintenance)
+        assert has_table(queue.engine, names.subscriptions)
         assert has_table(queue.engine, names.version_table)
         with queue.engine.connect() as conn:
             assert migrate.current_revision(conn, names) == migrate.head_revision()
@@ -442,7 +487,12 @@ def test_dbqueue_migrate_from_an_installed_wheel(tmp_path):
     with sqlite3.connect(database) as db:
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         versions = [r[0] for r in db.execute("SELECT version_num FROM dbqueue_jobs_alembic")]
-    assert {"dbqueue_jobs", "dbqueue_jobs_alembic", "dbqueue_jobs_maintenance"} <= tables
+    assert {
+        "dbqueue_jobs",
+        "dbqueue_jobs_alembic",
+        "dbqueue_jobs_maintenance",
+        "dbqueue_subscriptions",
+    } <= tables
     assert versions == [migrate.head_revision()]
 
     probe = (

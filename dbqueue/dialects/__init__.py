@@ -23,12 +23,19 @@ except ImportError:  # pragma: no cover - exercised only without the module
 BY_NAME: dict[str, type[Dialect]] = {cls.name: cls for cls in DIALECT_CLASSES}
 _BY_SQLALCHEMY_NAME = {alias: cls for cls in DIALECT_CLASSES for alias in cls.sqlalchemy_names}
 DIALECT_NAMES = ("postgresql", "mysql", "singlestore", "sqlite")
+#: SQLAlchemy dialect names served by a module that needs an optional extra.
+_EXTRAS = {"singlestoredb": "singlestore"}
 
 
 def class_for_sqlalchemy_name(name: str) -> type[Dialect]:
     try:
         return _BY_SQLALCHEMY_NAME[name]
     except KeyError:
+        if name in _EXTRAS:
+            raise ConfigurationError(
+                f"the {name!r} database needs its optional driver: "
+                f"pip install 'dbqueue[{_EXTRAS[name]}]'"
+            ) from None
         raise ConfigurationError(
             f"dbqueue does not support the database {name!r}: use PostgreSQL, MySQL/MariaDB, "
             "SingleStore or SQLite"

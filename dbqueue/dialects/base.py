@@ -9,10 +9,11 @@ same way: ``supports_*`` flags filled in when the first connection reveals the v
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -50,6 +51,13 @@ class Dialect(abc.ABC):
     single_writer: bool = False
     #: ALTER TABLE is too limited: Alembic must rebuild tables ("batch" mode, SQLite).
     needs_batch_alter: bool = False
+    #: A multi-row INSERT may return the new ids (RETURNING), where the driver supports it.
+    returns_inserted_ids: bool = True
+    #: dbqueue's own INSERTs write created_at/run_at/updated_at from ``now()`` instead of
+    #: relying on the column defaults (where a DDL default cannot be the UTC clock).
+    insert_sets_times: bool = False
+    #: Alembic's version table may have a primary key (its UPDATE changes that key).
+    version_table_pk: bool = True
 
     @property
     def server_description(self) -> str:
@@ -71,6 +79,24 @@ class Dialect(abc.ABC):
         """``now()`` moved by a number of seconds: a Python number (bound as a parameter, never
         SQL text) or a SQL expression such as a ``bindparam`` for executemany."""
 
+    def claim_order(self, jobs: sa.Table) -> list[ColumnElement]:
+        """The order jobs are claimed in: priority, then run_at, then id (insertion order)."""
+        return [jobs.c.priority, jobs.c.run_at, jobs.c.id]
+
+    def columnar_insert(self, table: sa.Table, columns: Sequence[str]) -> sa.Insert | None:
+        """A multi-row INSERT taking one list parameter per column (each named after its
+        column), where the database has one; None: SQLAlchemy's multi-row VALUES is used."""
+        return None
+
+    def in_list(self, column: sa.ColumnElement, name: str) -> ColumnElement:
+        """``column IN (…)`` over a list bound as parameter ``name``."""
+        return column.in_(sa.bindparam(name, expanding=True))
+
+    def unindexed(self, column: sa.ColumnElement) -> ColumnElement:
+        """The column in a form the planner will not look up through an index: for a guard
+        such as ``status = 'running'`` next to ``id IN (…)``, which must not steer the plan."""
+        return column
+
     # ---- named locks (connection-scoped; only when supports_named_locks) ---------------------
     def try_lock(self, name: str) -> ColumnElement:
         """Expression taking the named lock without waiting; true when it was taken."""
@@ -78,6 +104,12 @@ class Dialect(abc.ABC):
 
     def unlock(self, name: str) -> ColumnElement:
         raise StrategyNotSupportedError(self.named_locks_unsupported_reason())
+
+    # ---- ending another thread's connection (a handler stuck past its timeout) --------------
+    def end_connection(self, engine: Engine, dbapi_connection: Any) -> bool:
+        """End a connection another thread holds, from outside: its transaction rolls back and
+        every lock it holds is released. False when this database offers no way to."""
+        return False
 
     # ---- push wake-ups -------------------------------------------------------------------------
     def notifier(self, engine: Engine, channel: str) -> Notifier:
@@ -112,6 +144,15 @@ class Dialect(abc.ABC):
     @classmethod
     def normalize_url(cls, url: sa.engine.URL) -> sa.engine.URL:
         return url
+
+    def check_connection(self, conn: Connection) -> None:
+        """Refuse, with the fix, a connection configured in a way dbqueue cannot work with."""
+
+    # ---- DDL ----------------------------------------------------------------------------------
+    def table_options(self, conn: Connection | None, key: str) -> dict[str, Any]:
+        """Keyword arguments for CREATE TABLE of a queue table whose primary key is ``key``
+        (``conn`` is None when a migration only prints its SQL)."""
+        return {}
 
     # ---- errors -------------------------------------------------------------------------------
     def is_missing_table(self, exc: BaseException) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..sqltypes import NativeJson
@@ -25,6 +26,17 @@ def lock_name(name: str) -> str:
     if len(name) <= 64:
         return name
     return "dbqueue:" + hashlib.blake2b(name.encode(), digest_size=24).hexdigest()
+
+
+def kill_connection(engine: Engine, dbapi_connection: Any) -> bool:
+    """KILL CONNECTION (MySQL, MariaDB, SingleStore), not KILL QUERY: a handler blocked outside
+    the database has no query to kill, and the session must end to release its row locks and
+    named locks. KILL has no SQLAlchemy construct; the id is a bound parameter all the same."""
+    thread_id = int(dbapi_connection.thread_id())  # from the handshake: no round trip
+    with engine.connect() as conn:
+        conn.execute(sa.text("KILL CONNECTION :id"), {"id": thread_id})
+        conn.commit()
+    return True
 
 
 class MySQLDialect(Dialect):
@@ -72,6 +84,9 @@ class MySQLDialect(Dialect):
     def unlock(self, name: str) -> ColumnElement:
         return sa.func.release_lock(sa.literal(lock_name(name)))
 
+    def end_connection(self, engine: Engine, dbapi_connection: Any) -> bool:
+        return kill_connection(engine, dbapi_connection)
+
     @classmethod
     def json_type(cls) -> sa.types.TypeEngine:
         return NativeJson("JSON")  # validated by the server; PyMySQL returns text
@@ -83,6 +98,14 @@ class MySQLDialect(Dialect):
     @classmethod
     def server_now_default(cls) -> Any:
         return sa.text("(UTC_TIMESTAMP(6))")
+
+    def table_options(self, conn: Any, key: str) -> dict[str, Any]:
+        # Binary collation: queue and task names compare exactly, as on the other databases.
+        return {
+            "mysql_engine": "InnoDB",
+            "mysql_charset": "utf8mb4",
+            "mysql_collate": "utf8mb4_bin",
+        }
 
     @classmethod
     def engine_kwargs(cls) -> dict[str, Any]:

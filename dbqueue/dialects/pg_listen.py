@@ -33,7 +33,7 @@ class PgNotifier(Notifier):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, on_wake: Callable[[], None]) -> None:
+    def start(self, on_wake: Callable[[], None], queues: Sequence[str] = ()) -> None:
         self._thread = threading.Thread(
             target=self._listen, args=(on_wake,), name="dbqueue-listen", daemon=True
         )

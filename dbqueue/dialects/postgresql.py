@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -49,11 +50,35 @@ class PostgresDialect(Dialect):
     def now_plus(self, seconds: float | ColumnElement) -> ColumnElement:
         return self.now() + sa.func.make_interval(0, 0, 0, 0, 0, 0, seconds_expression(seconds))
 
+    def columnar_insert(self, table: sa.Table, columns: Sequence[str]) -> sa.Insert:
+        # INSERT … SELECT FROM unnest(:a, :b, …): one array per column, so the statement's text
+        # and parse cost stay the same however many rows it carries (a 1,000-row VALUES list
+        # has 6,000 parameters to send and parse). unnest yields the rows in array order.
+        arrays = [
+            sa.bindparam(name, type_=postgresql.ARRAY(table.c[name].type)) for name in columns
+        ]
+        rows = sa.func.unnest(*arrays).table_valued(*columns).render_derived()
+        return sa.insert(table).from_select(list(columns), sa.select(*rows.c))
+
+    def in_list(self, column: sa.ColumnElement, name: str) -> ColumnElement:
+        # One array parameter: the statement text stays the same whatever the list's length
+        # (an expanding IN is re-rendered on every execution).
+        return column == sa.any_(sa.bindparam(name, type_=postgresql.ARRAY(column.type)))
+
     def try_lock(self, name: str) -> ColumnElement:
         return sa.func.pg_try_advisory_lock(sa.literal(lock_key(name), sa.BigInteger()))
 
     def unlock(self, name: str) -> ColumnElement:
         return sa.func.pg_advisory_unlock(sa.literal(lock_key(name), sa.BigInteger()))
+
+    def end_connection(self, engine: Engine, dbapi_connection: Any) -> bool:
+        # Terminate, not cancel: a handler blocked outside the database (time.sleep) has no
+        # query to cancel, and its session must end to release its row and advisory locks.
+        pid = dbapi_connection.get_backend_pid()  # known to libpq: no round trip
+        with engine.connect() as conn:
+            ended = conn.execute(sa.select(sa.func.pg_terminate_backend(pid))).scalar()
+            conn.commit()
+        return bool(ended)
 
     def notifier(self, engine: Engine, channel: str) -> Notifier:
         return PgNotifier(engine, channel)

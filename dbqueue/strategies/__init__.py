@@ -7,11 +7,13 @@ from ..dialects import Dialect
 from ..errors import ConfigurationError
 from .advisory_lock import AdvisoryLockStrategy
 from .base import ClaimStrategy
+from .lock_server import LockServerStrategy
 from .skip_locked import SkipLockedStrategy
 from .sqlite import SQLiteStrategy
 
 STRATEGIES: dict[str, type[ClaimStrategy]] = {
-    cls.name: cls for cls in (SkipLockedStrategy, AdvisoryLockStrategy, SQLiteStrategy)
+    cls.name: cls
+    for cls in (SkipLockedStrategy, AdvisoryLockStrategy, LockServerStrategy, SQLiteStrategy)
 }
 STRATEGY_NAMES = tuple(STRATEGIES)
 

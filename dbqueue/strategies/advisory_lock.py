@@ -10,6 +10,8 @@ lock anyone can take and schedules them for retry.
 
 from __future__ import annotations
 
+import logging
+
 from sqlalchemy.engine import Connection
 
 from ..config import Settings
@@ -19,6 +21,8 @@ from ..errors import StrategyNotSupportedError
 from ..job import Job
 from ..locks import DatabaseLocks, LockBackend, job_lock_name
 from .base import ClaimStrategy
+
+log = logging.getLogger("dbqueue.strategies")
 
 # Workers list the same runnable jobs at the same moment; listing a few times more than they
 # want lets each find unlocked ones, and up to PAGES pages are tried before giving up a round.
@@ -41,30 +45,55 @@ class LockClaimStrategy(ClaimStrategy):
     ) -> list[Job]:
         namespace = engine.tables.names.qualified_jobs
         wanted = min(limit * OVERFETCH, MAX_CANDIDATES)
-        with conn.begin():
-            for page in range(PAGES):
-                ids = engine.candidate_ids(conn, queue, wanted, offset=page * wanted)
-                if not ids:
+        held: list[str] = []
+        try:
+            with conn.begin():
+                for page in range(PAGES):
+                    ids = engine.candidate_ids(conn, queue, wanted, offset=page * wanted)
+                    if not ids:
+                        return []
+                    names = {job_id: job_lock_name(namespace, job_id) for job_id in ids}
+                    taken = self.locks.try_acquire(conn, list(names.values()))
+                    locked = [job_id for job_id, ok in zip(ids, taken, strict=True) if ok]
+                    held = [names[i] for i in locked]
+                    if locked:
+                        break
+                    if len(ids) < wanted:
+                        return []
+                else:
                     return []
-                names = {job_id: job_lock_name(namespace, job_id) for job_id in ids}
-                taken = self.locks.try_acquire(conn, list(names.values()))
-                locked = [job_id for job_id, ok in zip(ids, taken, strict=True) if ok]
-                if locked:
-                    break
-                if len(ids) < wanted:
-                    return []
-            else:
-                return []
-            keep, extra = locked[:limit], locked[limit:]
-            self.locks.release(conn, [names[i] for i in extra])
-            jobs = engine.claim_ids(conn, keep, worker_id)
+                keep, extra = locked[:limit], locked[limit:]
+                self.locks.release(conn, [names[i] for i in extra])
+                held = [names[i] for i in keep]
+                jobs = engine.claim_ids(conn, keep, worker_id)
+        except BaseException:
+            # The claim failed — possibly after its COMMIT reached the database: let go of the
+            # locks, so that rescue can retry whatever was marked running. (Database locks go
+            # with the broken connection anyway; the lock server's would be held for ever.)
+            self._let_go(conn, held)
+            raise
         gone = set(keep) - {job.id for job in jobs}
         self.locks.release(conn, [names[i] for i in gone])
         return jobs
 
+    def _let_go(self, conn: Connection, names: list[str]) -> None:
+        try:
+            self.locks.release(conn, names)
+        except Exception:  # the connection that failed may be what holds them: they die with it
+            log.debug("releasing %d lock(s) after a failed claim failed", len(names), exc_info=True)
+
     def release(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
         namespace = engine.tables.names.qualified_jobs
         self.locks.release(conn, [job_lock_name(namespace, job.id) for job in jobs])
+
+    def release_abandoned(self, engine: QueueEngine, jobs: list[Job], thread_id: int) -> None:
+        namespace = engine.tables.names.qualified_jobs
+        names = [job_lock_name(namespace, job.id) for job in jobs]
+        self.locks.release_for_thread(thread_id, names)
+
+    def holds(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> bool:
+        namespace = engine.tables.names.qualified_jobs
+        return self.locks.holding(conn, [job_lock_name(namespace, job.id) for job in jobs])
 
     @property
     def liveness_locks(self) -> LockBackend:

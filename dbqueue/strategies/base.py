@@ -47,6 +47,15 @@ class ClaimStrategy(abc.ABC):
     def release(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
         """Give up whatever external locks the claim took (after the batch committed)."""
 
+    def release_abandoned(self, engine: QueueEngine, jobs: list[Job], thread_id: int) -> None:  # noqa: B027
+        """Give up the external locks a thread the watchdog abandoned took for ``jobs``."""
+
+    def holds(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> bool:
+        """Whether this worker still holds the claims of ``jobs``, asked just before their
+        outcome commits. A row lock or a database session lock cannot be lost while the
+        transaction lives; the lock server's can (it restarted, the connection dropped)."""
+        return True
+
     @property
     def liveness_locks(self) -> LockBackend | None:
         """The locks that tell whether a ``running`` job's worker is alive (for rescue).

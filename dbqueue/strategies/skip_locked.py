@@ -32,5 +32,7 @@ class SkipLockedStrategy(ClaimStrategy):
     def claim(
         self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
     ) -> list[Job]:
-        stmt = engine.runnable(queue, limit).with_for_update(skip_locked=True)
-        return [Job.from_row(row, self.attempt_increment) for row in conn.execute(stmt)]
+        stmt = engine.statement(
+            "claim:skip_locked", lambda: engine.runnable().with_for_update(skip_locked=True)
+        )
+        return engine.fetch_jobs(conn, stmt, queue, limit, self.attempt_increment)

@@ -33,7 +33,4 @@ class SQLiteStrategy(ClaimStrategy):
     def claim(
         self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
     ) -> list[Job]:
-        return [
-            Job.from_row(row, self.attempt_increment)
-            for row in conn.execute(engine.runnable(queue, limit))
-        ]
+        return engine.fetch_jobs(conn, engine.runnable(), queue, limit, self.attempt_increment)

@@ -1,21 +1,33 @@
-"""Runs the handlers of one claimed batch inside its transaction and writes their outcomes."""
+"""Runs the handlers of claimed jobs and writes their outcomes, in the right transactions.
+
+Two kinds of claims reach it. An in-transaction claim (skip_locked, sqlite) lives in the batch
+transaction the runner opened: ``execute()`` runs the handlers in it, each in a savepoint, and
+the runner commits. A committed claim (advisory_lock, lock_server) already marked the jobs
+``running``; ``execute_committed()`` opens the transactions itself, and fences each commit:
+the outcome UPDATE only matches rows still ``running`` under this worker's id, and the strategy
+confirms it still holds the jobs' locks. If either check fails, another worker may own the job
+now (a lock server restarted and rescue handed the job on), so the transaction rolls back with
+the handlers' writes, and the job is given back — it runs once, never twice.
+"""
 
 from __future__ import annotations
 
 import logging
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.engine import Connection
 
 from ..engine import QueueEngine
-from ..errors import DbqueueError
+from ..errors import AttemptFailed, DbqueueError, JobTimeoutError
 from ..job import Job, MalformedPayload
 from ..retry import Backoff, retry_delay
 from ..strategies import ClaimStrategy
-from ..tasks import TaskRegistry
+from ..tasks import Handler, TaskRegistry
 from .session import JobSession
+from .watchdog import Abandoned, HandlerTimeout, Slot, Watchdog
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -33,11 +45,41 @@ class Outcome:
     message: str | None
 
 
+@dataclass
+class _Ran:
+    """What running a batch's handlers produced, before the successes are written."""
+
+    result: BatchResult = field(default_factory=BatchResult)
+    done: list[tuple[Job, str | None]] = field(default_factory=list)
+    started: list[Job] = field(default_factory=list)
+    changed: int = 0  # rows the failures' UPDATEs changed
+
+
+class ClaimLostError(DbqueueError):
+    """A committed claim is no longer this worker's: its transaction must not commit."""
+
+
+class _HandlerFailed(Exception):
+    """Without savepoints a failed handler's writes go only with the whole transaction."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 def describe_failure(exc: BaseException) -> str:
     """What the job's message column records: the exception, then where it came from."""
     head = f"{type(exc).__name__}: {exc}".rstrip(": ")
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=20))
     return f"{head}\n{trace}"
+
+
+def timeout_message(job: Job, timeout: float) -> str:
+    return (
+        f"job {job.id} (task {job.task!r}) ran past its {float(timeout)!r} s timeout and was "
+        "interrupted: make the handler faster, or give it more time with "
+        "@app.task(..., timeout=SECONDS) (or --job-timeout / DBQUEUE_JOB_TIMEOUT for the worker)"
+    )
 
 
 class BatchExecutor:
@@ -47,12 +89,22 @@ class BatchExecutor:
         strategy: ClaimStrategy,
         default_backoff: Backoff,
         worker_id: str,
+        *,
+        watchdog: Watchdog | None = None,
+        slot: Slot | None = None,
+        default_timeout: float | None = None,
     ) -> None:
         self.registry = registry
         self.strategy = strategy
         self.default_backoff = default_backoff
         self.worker_id = worker_id
+        self.savepoints = strategy.dialect.supports_savepoints
+        #: Set when timeouts apply in this worker: the handler runs watched (in-memory only).
+        self.watchdog = watchdog
+        self.slot = slot
+        self.default_timeout = default_timeout
 
+    # ---- in-transaction claims ----------------------------------------------------------------
     def execute(
         self,
         conn: Connection,
@@ -62,41 +114,168 @@ class BatchExecutor:
     ) -> BatchResult:
         """Run each job in turn (each failure rolls back only its own savepoint), then mark the
         successes in one UPDATE. The caller commits the transaction."""
+        ran = self._run_batch(conn, engine, jobs, should_stop, claimed_by=None)
+        changed = self._complete(conn, engine, ran.done, claimed_by=None)
+        if changed != len(ran.done):
+            log.warning(
+                "marked %d of %d finished jobs succeeded: the others changed state while running",
+                changed,
+                len(ran.done),
+            )
+        return ran.result
+
+    # ---- committed claims ---------------------------------------------------------------------
+    def execute_committed(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        jobs: list[Job],
+        should_stop: Callable[[], bool],
+    ) -> BatchResult:
+        """Run jobs whose claim is committed, in transactions of its own, fencing each commit."""
+        if not self.savepoints:
+            return self._one_by_one(conn, engine, jobs, should_stop)
+        try:
+            with conn.begin():
+                ran = self._run_batch(conn, engine, jobs, should_stop, claimed_by=self.worker_id)
+                changed = self._complete(conn, engine, ran.done, claimed_by=self.worker_id)
+                self._check_still_ours(conn, engine, ran.started, changed + ran.changed)
+        except ClaimLostError as lost:
+            self._lost(conn, engine, jobs, lost)
+            return BatchResult(skipped=len(jobs))
+        return ran.result
+
+    def _one_by_one(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        jobs: list[Job],
+        should_stop: Callable[[], bool],
+    ) -> BatchResult:
+        """No savepoints (SingleStore): a transaction per job, and a failed handler's writes are
+        undone by rolling back that whole transaction; its failure is recorded in another."""
         result = BatchResult()
-        done: list[tuple[Job, str | None]] = []
+        for index, job in enumerate(jobs):
+            if should_stop():
+                with conn.begin():
+                    engine.release_claims(conn, jobs[index:], claimed_by=self.worker_id)
+                result.skipped = len(jobs) - index
+                break
+            try:
+                try:
+                    with conn.begin():
+                        self._watch(conn, [job])
+                        outcome = self.run_one(JobSession(conn, savepoint=False), job)
+                        if not outcome.ok:
+                            raise _HandlerFailed(outcome.message or "failed")
+                        done = [(job, outcome.message)]
+                        changed = self._complete(conn, engine, done, claimed_by=self.worker_id)
+                        self._check_still_ours(conn, engine, [job], changed)
+                    result.succeeded += 1
+                except _HandlerFailed as failed:
+                    with conn.begin():
+                        recorded = self.record_failure(
+                            conn, engine, job, failed.message, claimed_by=self.worker_id
+                        )
+                        self._check_still_ours(conn, engine, [job], recorded)
+                    result.failed += 1
+            except ClaimLostError as lost:
+                self._lost(conn, engine, [job], lost)
+                result.skipped += 1
+        return result
+
+    def give_back(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
+        """After a failed transaction: put the jobs this worker still has 'running' back to
+        'available', as if never started. Best effort (the database may be what failed); what
+        is left behind, rescue retries once the locks are free."""
+        try:
+            if conn.in_transaction():
+                conn.rollback()
+            with conn.begin():
+                engine.release_claims(conn, jobs, claimed_by=self.worker_id)
+        except Exception as exc:  # the connection is broken: rescue takes over
+            log.debug("could not give back %d claimed job(s): %s", len(jobs), exc)
+
+    def _check_still_ours(
+        self, conn: Connection, engine: QueueEngine, started: list[Job], changed: int
+    ) -> None:
+        """Raise ClaimLostError unless every outcome UPDATE matched and every lock is held."""
+        if not started:
+            return
+        if changed != len(started):
+            raise ClaimLostError(
+                f"{len(started) - changed} of {len(started)} job(s) were no longer running "
+                "under this worker"
+            )
+        if not self.strategy.holds(conn, engine, started):
+            raise ClaimLostError("the lock server no longer knows this worker as their holder")
+
+    def _lost(self, conn: Connection, engine: QueueEngine, jobs: list[Job], exc: Exception) -> None:
+        ids = ", ".join(str(job.id) for job in jobs[:20])
+        log.warning(
+            "rolled back job(s) %s: %s (another worker may have taken them over while the lock "
+            "server was unreachable); they will run again, once",
+            ids,
+            exc,
+        )
+        self.give_back(conn, engine, jobs)
+
+    # ---- running handlers ---------------------------------------------------------------------
+    def _run_batch(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        jobs: list[Job],
+        should_stop: Callable[[], bool],
+        claimed_by: str | None,
+    ) -> _Ran:
+        ran = _Ran()
         unstarted: list[Job] = []
+        session = JobSession(conn)
+        self._watch(conn, jobs)
         for job in jobs:
             if should_stop():
                 unstarted.append(job)  # never started: given back untouched
                 continue
-            outcome = self.run_one(conn, job)
+            ran.started.append(job)
+            outcome = self.run_one(session, job)
             if outcome.ok:
-                done.append((job, outcome.message))
-                result.succeeded += 1
+                ran.done.append((job, outcome.message))
+                ran.result.succeeded += 1
             else:
-                self.record_failure(conn, engine, job, outcome.message or "failed")
-                result.failed += 1
-        result.skipped = len(unstarted)
+                ran.changed += self.record_failure(
+                    conn, engine, job, outcome.message or "failed", claimed_by=claimed_by
+                )
+                ran.result.failed += 1
+        ran.result.skipped = len(unstarted)
         if unstarted and not self.strategy.claims_in_transaction:
-            engine.release_claims(conn, unstarted)  # committed as running: undo that
-        changed = engine.complete(
+            engine.release_claims(conn, unstarted, claimed_by=claimed_by)  # committed: undo it
+        return ran
+
+    def _complete(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        done: list[tuple[Job, str | None]],
+        claimed_by: str | None,
+    ) -> int:
+        return engine.complete(
             conn,
             done,
             attempt_increment=self.strategy.attempt_increment,
             expected_status=self.strategy.claimed_status,
             worker_id=self.worker_id,
+            claimed_by=claimed_by,
         )
-        if changed != len(done):
-            log.warning(
-                "marked %d of %d finished jobs succeeded: the others changed state while running",
-                changed,
-                len(done),
-            )
-        return result
 
-    def run_one(self, conn: Connection, job: Job) -> Outcome:
+    def _watch(self, conn: Connection, jobs: list[Job]) -> None:
+        """Tell the watchdog's slot what a stuck handler's thread holds."""
+        if self.slot is not None:
+            self.slot.connection, self.slot.batch = conn, jobs
+
+    def run_one(self, session: JobSession, job: Job) -> Outcome:
         try:
-            handler = self.registry.handler_for(job)
+            definition, handler = self.registry.resolve(job)
         except DbqueueError as exc:
             return Outcome(False, str(exc))
         if isinstance(job.payload, MalformedPayload):
@@ -105,21 +284,73 @@ class BatchExecutor:
                 f"{job.payload.error}; the row was probably written by hand: fix its payload "
                 "column and requeue it",
             )
-        session = JobSession(conn)
+        timeout = None
+        if self.watchdog is not None:
+            timeout = (definition.timeout if definition else None) or self.default_timeout
         try:
-            value = handler(job, session)
+            if timeout is None:
+                value = handler(job, session)
+            else:
+                value = self._run_watched(handler, job, session, timeout)
             session.keep()
-        except Exception as exc:
+        except Abandoned:
+            raise
+        except AttemptFailed as exc:  # an expected failure whose message says it all
+            session.discard()
+            return Outcome(False, str(exc))
+        # BaseException: SystemExit, KeyboardInterrupt or GeneratorExit raised by a handler in
+        # this thread would otherwise end the thread silently, leaving the worker short of one.
+        except BaseException as exc:
+            if session.bind.invalidated:  # type: ignore[union-attr]
+                # The database connection broke under the handler (server restart, network):
+                # the batch transaction is gone with it, so nothing can be recorded, and the
+                # job is not at fault. The worker loop reconnects; the jobs are claimed again.
+                raise
             session.discard()
             log.debug("job %s (%s) raised", job.id, job.task, exc_info=True)
             return Outcome(False, describe_failure(exc))
         return Outcome(True, None if value is None else str(value))
 
-    def record_failure(self, conn: Connection, engine: QueueEngine, job: Job, message: str) -> None:
-        definition = self.registry.get(job.task)
-        backoff = (definition.backoff if definition else None) or self.default_backoff
+    def _run_watched(self, handler: Handler, job: Job, session: JobSession, timeout: float) -> Any:
+        """Run the handler with the watchdog armed; a timeout becomes JobTimeoutError."""
+        watchdog, slot = self.watchdog, self.slot
+        assert watchdog is not None and slot is not None
+        error: BaseException | None = None
+        value = None
+        watchdog.arm(slot, job, timeout)
+        try:
+            try:
+                value = handler(job, session)
+            except BaseException as exc:
+                error = exc
+            finally:
+                fired = watchdog.disarm(slot)
+        except HandlerTimeout:  # delivered after the handler returned, before disarm cancelled it
+            fired = watchdog.disarm(slot)
+        if slot.abandoned:
+            raise Abandoned
+        if fired:
+            cause = error if error is not None and not isinstance(error, HandlerTimeout) else None
+            raise JobTimeoutError(timeout_message(job, timeout)) from (cause or error)
+        if error is not None:
+            raise error
+        return value
+
+    def record_failure(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        job: Job,
+        message: str,
+        claimed_by: str | None = None,
+        guarded: bool = False,
+    ) -> int:
+        """Record a failed attempt (retry or dead); returns the rows changed (0: not ours).
+        ``guarded``: only if the row is still at the attempt that ran (recording from outside
+        the batch transaction, after its end)."""
+        backoff = self.registry.backoff_for(job) or self.default_backoff
         delay = retry_delay(job.attempt, job.max_attempts, backoff)
-        dead_letter_id = engine.fail(
+        failed = engine.fail(
             conn,
             job,
             message,
@@ -128,6 +359,8 @@ class BatchExecutor:
             expected_status=self.strategy.claimed_status,
             worker_id=self.worker_id,
             dead_letter=self.registry.has_dead_handler(job),
+            claimed_by=claimed_by,
+            same_attempt=guarded,
         )
         first_line = message.splitlines()[0] if message else ""
         if delay is None:
@@ -138,8 +371,8 @@ class BatchExecutor:
                 job.attempt,
                 job.max_attempts,
                 first_line,
-                f"; dead-letter job {dead_letter_id} will run its dead handler"
-                if dead_letter_id
+                f"; dead-letter job {failed.dead_letter_id} will run its dead handler"
+                if failed.dead_letter_id
                 else "",
             )
         else:
@@ -152,3 +385,4 @@ class BatchExecutor:
                 delay,
                 first_line,
             )
+        return failed.changed

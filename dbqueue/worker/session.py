@@ -30,12 +30,19 @@ class JobSession(Session):
     own writes — not the claim, nor other jobs of the same batch. The handler cannot end the
     job's transaction early: ``commit()`` and ``with session.begin():`` flush, and the writes
     commit together with the job's completion, or not at all.
+
+    ``savepoint=False`` (databases without savepoints, SingleStore): the session joins the job's
+    own transaction directly, and a failure is undone by rolling back that whole transaction,
+    which the executor does.
     """
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, savepoint: bool = True) -> None:
         super().__init__(
-            bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
+            bind=connection,
+            join_transaction_mode="create_savepoint" if savepoint else "rollback_only",
+            expire_on_commit=False,
         )
+        self._savepoint = savepoint
 
     def commit(self) -> None:
         self.flush()
@@ -49,14 +56,27 @@ class JobSession(Session):
         """Ignored inside a handler; dbqueue closes the session when the job ends."""
 
     # ---- called by the worker ---------------------------------------------------------------
+    # One JobSession serves every job of a batch in turn: after each job it is reset, so the
+    # next job's first use opens a savepoint of its own. A handler that never touched it costs
+    # nothing here (most of a no-op job's time would otherwise be spent right here).
+    def _used(self) -> bool:
+        return self.in_transaction() or bool(self.new)
+
     def keep(self) -> None:
         """The handler succeeded: release its savepoint (its writes stay in the transaction)."""
-        Session.commit(self)
-        Session.close(self)
+        if self._used():
+            Session.commit(self)
+            Session.close(self)
 
     def discard(self) -> None:
-        """The handler failed: roll back to its savepoint."""
+        """The handler failed: roll back to its savepoint (without one, the executor rolls
+        back the job's whole transaction)."""
+        if not self._used():
+            return
         try:
-            Session.rollback(self)
+            if self._savepoint:
+                Session.rollback(self)
+            else:
+                self.expunge_all()
         finally:
             Session.close(self)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import sqlalchemy as sa
+from support.lockserver import RawClient
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "worker_process.py"
 
@@ -63,7 +64,7 @@ def test_rescue_retries_running_jobs_nobody_holds(backend):
         )
     result = app.run_maintenance("rescue", strategy=backend.strategy)
     job = app.get_job(job_id)
-    if backend.database == "sqlite":
+    if backend.database == "sqlite" and backend.strategy != "lock_server":
         # No named locks: nothing can tell a live worker from a dead one, so nothing is touched.
         assert result.endswith("to tell a live worker from a dead one")
         assert job["status"] == "running"
@@ -77,6 +78,14 @@ def test_renotify_wakes_listeners_where_the_database_pushes(database):
     app = database.app()
     app.enqueue(None, "t", {}, queue="q1")
     app.enqueue(None, "t", {}, queue="q2", delay=3600)  # not runnable: not notified
+    if database.strategy == "lock_server":  # SingleStore: the lock server pushes
+        host, port = database.server.rsplit(":", 1)
+        with RawClient(host, int(port)) as subscriber:
+            assert subscriber.hello()["ok"]
+            subscriber.request({"op": "subscribe", "id": 1, "queues": ["q1", "q2"]})
+            assert app.run_maintenance("renotify") == "notified 1 queue(s): q1"
+            assert subscriber.receive() == {"op": "wake", "queue": "q1"}
+        return
     if database.database != "postgresql":
         assert app.run_maintenance("renotify") == "no push channel here: workers poll"
         return
@@ -141,7 +150,14 @@ def test_three_workers_meet_on_one_purge_tick_and_exactly_one_purges(database, t
     log = tmp_path / "workers.log"
     workers = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), database.url, database.strategy, "--debug"],
+            [
+                sys.executable,
+                str(WORKER),
+                database.url,
+                database.strategy,
+                *database.worker_args(),
+                "--debug",
+            ],
             stdout=log.open("ab"),
             stderr=subprocess.STDOUT,
             env=env,

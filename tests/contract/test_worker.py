@@ -83,17 +83,23 @@ def test_missing_schema_tells_the_user_to_migrate(backend):
 
 
 SUPPORTED = {
-    "postgresql": {"skip_locked", "advisory_lock"},
-    "mysql": {"skip_locked", "advisory_lock"},
-    "sqlite": {"sqlite"},
+    "postgresql": {"skip_locked", "advisory_lock", "lock_server"},
+    "mysql": {"skip_locked", "advisory_lock", "lock_server"},
+    "sqlite": {"sqlite", "lock_server"},
+    "singlestore": {"lock_server"},
 }
 
 
-@pytest.mark.parametrize("strategy", ["skip_locked", "advisory_lock", "sqlite", "no_such_strategy"])
-def test_a_strategy_the_database_cannot_do_is_refused_at_start_up(database, strategy):
+@pytest.mark.parametrize(
+    "strategy", ["skip_locked", "advisory_lock", "sqlite", "lock_server", "no_such_strategy"]
+)
+def test_a_strategy_the_database_cannot_do_is_refused_at_start_up(database, strategy, lock_server):
     app = effect_app(database)
     if strategy in SUPPORTED[database.database]:
-        assert app.run_worker(strategy=strategy, burst=True, install_signal_handlers=False)
+        server = lock_server(database) if strategy == "lock_server" else None
+        assert app.run_worker(
+            strategy=strategy, lock_server=server, burst=True, install_signal_handlers=False
+        )
         return
     error = dbqueue.ConfigurationError  # an unknown name
     if strategy != "no_such_strategy":

@@ -1,4 +1,9 @@
-"""Test databases and the tables test handlers write to."""
+"""Test databases and the tables test handlers write to.
+
+"singlestore" is the SingleStore path — the singlestoredb driver and dialect, and dbqueue's
+SingleStore module — run against MariaDB (no SingleStore server exists here): same server as
+"mysql", so its queue tables get a prefix of their own.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +17,19 @@ import sqlalchemy as sa
 import dbqueue
 from dbqueue import migrate
 
-PREFIX = "dbqt_"
+# Every suite, and every pytest-xdist worker of one, has tables of its own (processes the tests
+# start inherit both variables). Override to run two suites at once against the same servers.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+PREFIX = os.environ.get("DBQUEUE_TEST_PREFIX", "dbqt_") + (
+    f"{_XDIST_WORKER}_" if _XDIST_WORKER else ""
+)
 POSTGRESQL_URL = os.environ.get(
     "DBQUEUE_TEST_POSTGRESQL_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
 )
 MYSQL_URL = os.environ.get("DBQUEUE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+SINGLESTORE_URL = os.environ.get(
+    "DBQUEUE_TEST_SINGLESTORE_URL", "singlestoredb://root@127.0.0.1:3306/test"
+)
 
 # Handlers write here, keyed by job id, in the job's own transaction: a duplicate key means a job
 # ran twice, a missing row means a job's writes were lost.
@@ -42,7 +55,18 @@ class BackendSpec:
             return POSTGRESQL_URL
         if self.database == "mysql":
             return MYSQL_URL
+        if self.database == "singlestore":
+            return SINGLESTORE_URL
         return f"sqlite:///{sqlite_path}"
+
+    @property
+    def prefix(self) -> str:
+        return prefix_for(self.database)
+
+
+def prefix_for(database: str) -> str:
+    """The SingleStore path shares MariaDB's database: its tables get a prefix of their own."""
+    return f"{PREFIX}ss_" if database == "singlestore" else PREFIX
 
 
 BACKENDS: dict[str, BackendSpec] = {
@@ -53,7 +77,18 @@ BACKENDS: dict[str, BackendSpec] = {
         BackendSpec("postgresql-advisory_lock", "postgresql", "advisory_lock"),
         BackendSpec("mysql-advisory_lock", "mysql", "advisory_lock"),
         BackendSpec("sqlite-sqlite", "sqlite", "sqlite"),
+        BackendSpec("postgresql-lock_server", "postgresql", "lock_server"),
+        BackendSpec("mysql-lock_server", "mysql", "lock_server"),
+        BackendSpec("sqlite-lock_server", "sqlite", "lock_server"),
+        BackendSpec("singlestore-lock_server", "singlestore", "lock_server"),
     )
+}
+#: Each database's default strategy: the backend that stands for the database alone.
+DEFAULT_STRATEGY = {
+    "postgresql": "skip_locked",
+    "mysql": "skip_locked",
+    "sqlite": "sqlite",
+    "singlestore": "lock_server",
 }
 
 
@@ -72,9 +107,7 @@ def database_reachable(url: str) -> str | None:
 
 def _connect_timeout(url: str) -> dict[str, Any]:
     backend = sa.engine.make_url(url).get_backend_name()
-    if backend == "postgresql":
-        return {"connect_timeout": 5}
-    if backend in ("mysql", "mariadb"):
+    if backend in ("postgresql", "mysql", "mariadb", "singlestoredb"):
         return {"connect_timeout": 5}
     return {}
 
@@ -89,12 +122,12 @@ def drop_queue_tables(engine: sa.Engine, prefix: str = PREFIX) -> None:
             conn.execute(sa.text(f"DROP FUNCTION IF EXISTS {names.jobs}_notify()"))
 
 
-def prepare_database(url: str) -> None:
+def prepare_database(url: str, prefix: str = PREFIX) -> None:
     """Fresh queue tables (through the real migrations) and the effects table."""
-    app = dbqueue.App(url, table_prefix=PREFIX)
+    app = dbqueue.App(url, table_prefix=prefix)
     engine = app.create_engine()
     try:
-        drop_queue_tables(engine)
+        drop_queue_tables(engine, prefix)
         migrate.upgrade(engine, app.names)
         effects_metadata.drop_all(engine)
         effects_metadata.create_all(engine)
@@ -108,12 +141,26 @@ class Backend:
     database: str
     strategy: str
     url: str
+    prefix: str = PREFIX
+    #: HOST:PORT of the session's `dbqueue server` on this database (lock_server backends).
+    server: str | None = None
 
     def app(self, **options: Any) -> dbqueue.App:
         """An App on this backend's test tables; fast retries unless told otherwise."""
         options.setdefault("retry_base_interval", 0.05)
-        app = dbqueue.App(self.url, table_prefix=PREFIX, **options)
+        if self.server is not None:
+            options.setdefault("lock_server", self.server)
+        app = dbqueue.App(self.url, table_prefix=self.prefix, **options)
         return app
+
+    def worker_args(self) -> list[str]:
+        """Arguments that point tests/support/worker_process.py at this backend's tables."""
+        args = ["--prefix", self.prefix]
+        return args + ["--server", self.server] if self.server else args
+
+    def env(self) -> dict[str, str]:
+        """Environment for a `dbqueue` command on this backend (its lock server, if any)."""
+        return {"DBQUEUE_LOCK_SERVER": self.server} if self.server else {}
 
     def run_worker(self, app: dbqueue.App, **options: Any) -> dbqueue.WorkerSummary:
         """Run a worker with this backend's strategy until nothing is runnable."""
@@ -131,7 +178,8 @@ class Backend:
         maintenance = self.app().tables.maintenance
         try:
             with engine.begin() as conn:
-                conn.execute(sa.text(f"DELETE FROM {PREFIX}jobs"))
+                conn.execute(sa.text(f"DELETE FROM {self.prefix}jobs"))
+                conn.execute(sa.text(f"DELETE FROM {self.prefix}subscriptions"))
                 conn.execute(effects.delete())
                 conn.execute(
                     maintenance.update().values(

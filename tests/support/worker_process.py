@@ -4,7 +4,8 @@
 
 Its task ``effect`` inserts a row keyed by the job id into the effects table, in the job's
 transaction, so that a job run twice (duplicate key) or lost (missing row) shows in the table.
-The payload may ask the handler to touch a file (to tell the test it started) and then sleep.
+The payload may ask the handler to touch a file (to tell the test it started), then sleep, or
+wait until another file exists (the test says when it may finish).
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import dbqueue  # noqa: E402
 from support.backends import PREFIX, effects  # noqa: E402
 
 
-def build_app(url: str, sleep: bool = True) -> dbqueue.App:
-    app = dbqueue.App(url, table_prefix=PREFIX, retry_base_interval=0.05)
+def build_app(
+    url: str, sleep: bool = True, prefix: str = PREFIX, server: str | None = None
+) -> dbqueue.App:
+    app = dbqueue.App(url, table_prefix=prefix, retry_base_interval=0.05, lock_server=server)
 
     @app.task("effect")
     def effect(job: dbqueue.Job, session) -> str:
@@ -35,6 +38,10 @@ def build_app(url: str, sleep: bool = True) -> dbqueue.App:
             Path(payload["started_file"]).write_text(str(os.getpid()))
         if sleep and payload.get("sleep"):
             time.sleep(float(payload["sleep"]))
+        if payload.get("wait_file"):
+            deadline = time.monotonic() + 300
+            while not Path(payload["wait_file"]).exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
         return f"done by {os.getpid()}"
 
     return app
@@ -52,12 +59,15 @@ def main() -> int:
     parser.add_argument("--no-sleep", action="store_true", help="ignore the payload's sleep")
     parser.add_argument("--no-maintenance", action="store_true")
     parser.add_argument("--debug", action="store_true")
+    parser.add_argument("--prefix", default=PREFIX, help="table prefix")
+    parser.add_argument("--server", help="HOST:PORT of the lock server")
     args = parser.parse_args()
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,
         format=f"%(asctime)s {os.getpid()} %(levelname)s %(name)s: %(message)s",
     )
-    summary = build_app(args.url, sleep=not args.no_sleep).run_worker(
+    app = build_app(args.url, not args.no_sleep, args.prefix, args.server)
+    summary = app.run_worker(
         strategy=args.strategy,
         concurrency=args.concurrency,
         batch_size=args.batch_size,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from dbqueue.migrate import table_options
 from dbqueue.schema import NowDefault, TableNames
 from dbqueue.sqltypes import Payload, UtcDateTime
 
@@ -62,14 +63,21 @@ def upgrade(names: TableNames) -> None:
         sa.Column("finished_at", UtcDateTime(), nullable=True),
         sa.Column("updated_at", UtcDateTime(), nullable=False, server_default=_now()),
         schema=names.schema,
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        mysql_collate="utf8mb4_bin",
+        **table_options("id"),
     )
     op.create_index(
         f"{t}_claim", t, ["status", "queue", "priority", "run_at", "id"], schema=names.schema
     )
-    op.create_index(f"{t}_finished", t, ["finished_at"], schema=names.schema)
+    # Partial where the database can (finished jobs only): an enqueue then writes no entry here.
+    finished = sa.text("finished_at IS NOT NULL")
+    op.create_index(
+        f"{t}_finished",
+        t,
+        ["finished_at"],
+        schema=names.schema,
+        postgresql_where=finished,
+        sqlite_where=finished,
+    )
     op.create_index(f"{t}_equivalent", t, ["task", "payload_hash"], schema=names.schema)
 
 

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from dbqueue import dialects
+from dbqueue.migrate import table_options
 from dbqueue.schema import MAINTENANCE_ROUTINES, TableNames
 from dbqueue.sqltypes import UtcDateTime
 
@@ -27,7 +28,7 @@ depends_on = None
 
 def _notify_names(names: TableNames) -> tuple[str, str, str, str]:
     """(table, function, trigger, channel), quoted for DDL."""
-    preparer = op.get_bind().dialect.identifier_preparer
+    preparer = op.get_context().dialect.identifier_preparer
     prefix = f"{preparer.quote_schema(names.schema)}." if names.schema else ""
     table = prefix + preparer.quote(names.jobs)
     function = prefix + preparer.quote(f"{names.jobs}_notify")
@@ -37,7 +38,7 @@ def _notify_names(names: TableNames) -> tuple[str, str, str, str]:
 
 
 def _has_notify() -> bool:
-    return dialects.for_sqlalchemy(op.get_bind().dialect).supports_listen_notify
+    return dialects.for_sqlalchemy(op.get_context().dialect).supports_listen_notify
 
 
 def upgrade(names: TableNames) -> None:
@@ -51,9 +52,7 @@ def upgrade(names: TableNames) -> None:
         sa.Column("runs", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("result", sa.Text(), nullable=True),
         schema=names.schema,
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        mysql_collate="utf8mb4_bin",
+        **table_options("routine"),
     )
     op.bulk_insert(table, [{"routine": routine} for routine in MAINTENANCE_ROUTINES])
     if _has_notify():
