@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import platform
+import re
 import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +94,30 @@ def save(name: str, payload: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2))
     return path
+
+
+@contextlib.contextmanager
+def lock_server(url: str, prefix: str = PREFIX) -> Iterator[str]:
+    """A `dbqueue server` on a free port for ``url``'s tables; yields its HOST:PORT."""
+    with tempfile.NamedTemporaryFile("w+", suffix=".log") as log:
+        process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "dbqueue"), "server", "--url", url, "--table-prefix",
+             prefix, "--port", "0", "--notify-port", "0"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                found = re.search(r"listening on (\S+?):(\d+)", Path(log.name).read_text())
+                if found:
+                    break
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"dbqueue server did not start:\n{Path(log.name).read_text()}"
+                    )
+                time.sleep(0.05)
+            yield f"{found.group(1)}:{found.group(2)}"
+        finally:
+            process.terminate()
+            process.wait(30)

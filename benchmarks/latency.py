@@ -20,7 +20,17 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from benchmarks.common import URLS, fresh_app, machine, save, server_version, summary_ms
+import dbqueue
+from benchmarks.common import (
+    PREFIX,
+    URLS,
+    fresh_app,
+    lock_server,
+    machine,
+    save,
+    server_version,
+    summary_ms,
+)
 
 HERE = Path(__file__).resolve().parent
 timings = sa.MetaData()
@@ -32,11 +42,11 @@ starts = sa.Table(
 )
 
 
-def worker_main(url: str, strategy: str | None) -> None:
+def worker_main(url: str, strategy: str | None, server: str | None = None) -> None:
     """Runs in the worker process."""
     import dbqueue
 
-    app = dbqueue.App(url, table_prefix="bench_")
+    app = dbqueue.App(url, table_prefix="bench_", lock_server=server)
 
     @app.task("ping")
     def ping(job, session):
@@ -46,8 +56,19 @@ def worker_main(url: str, strategy: str | None) -> None:
 
 
 def run(database: str, jobs: int, gap: float, strategy: str | None) -> dict:
+    if strategy != "lock_server":
+        return _run(database, jobs, gap, strategy, None)
+    fresh_app(URLS[database])
+    with lock_server(URLS[database]) as server:
+        return _run(database, jobs, gap, strategy, server)
+
+
+def _run(database: str, jobs: int, gap: float, strategy: str | None, server: str | None) -> dict:
     url = URLS[database]
-    app = fresh_app(url)
+    if server is None:
+        app = fresh_app(url)
+    else:  # tables made fresh before the server started; enqueues hint it
+        app = dbqueue.App(url, table_prefix=PREFIX, lock_server=server)
     engine = app.create_engine()
     timings.drop_all(engine)
     timings.create_all(engine)
@@ -55,7 +76,8 @@ def run(database: str, jobs: int, gap: float, strategy: str | None) -> dict:
         [
             sys.executable,
             "-c",
-            f"from benchmarks.latency import worker_main; worker_main({url!r}, {strategy!r})",
+            "from benchmarks.latency import worker_main; "
+            f"worker_main({url!r}, {strategy!r}, {server!r})",
         ],
         cwd=HERE.parent,
         stdout=subprocess.DEVNULL,
@@ -88,12 +110,18 @@ def run(database: str, jobs: int, gap: float, strategy: str | None) -> dict:
         "database": database,
         "server": server_version(url),
         "strategy": strategy or "default",
-        "wake_up": "LISTEN/NOTIFY" if database == "postgresql" else "adaptive polling",
+        "wake_up": _wake_up(database, strategy),
         "jobs": jobs,
         "gap_ms": gap * 1000,
         "picked_up": len(latencies),
         "latency_ms": summary_ms(latencies),
     }
+
+
+def _wake_up(database: str, strategy: str | None) -> str:
+    if strategy == "lock_server":
+        return "lock-server push (enqueue hint)"
+    return "LISTEN/NOTIFY" if database == "postgresql" else "adaptive polling"
 
 
 def main() -> None:

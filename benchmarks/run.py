@@ -1,0 +1,167 @@
+"""``make bench DB=…``: every workload on one database, one table, saved to results/.
+
+    python -m benchmarks.run postgresql|mariadb|sqlite [--quick]
+
+Runs W1 (throughput and the bare-SQL ceiling), W2 (wake-up latency), W3 (load on the database)
+and the 100,000-job memory run, prints a Markdown table and writes it to
+``benchmarks/results/<database>.md`` (each workload also saves its own JSON file).
+``--quick`` shrinks every workload (a smoke run, not figures to publish).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any
+
+from benchmarks import latency, load, memory, throughput
+from benchmarks.common import RESULTS, URLS, machine, save
+
+HERE = Path(__file__).resolve().parent
+
+
+def explain_claim(database: str, jobs: int) -> str:
+    """The server's plan for the claim on a table of ``jobs`` runnable jobs."""
+    import sqlalchemy as sa
+
+    from benchmarks.common import fresh_app
+
+    app = fresh_app(URLS[database])
+    app.enqueue_many(None, [{"task": "noop", "payload": {"n": i}} for i in range(jobs)])
+    engine = app.create_engine()
+    try:
+        with engine.connect() as conn:
+            stmt = app.queue_engine(conn).runnable("default", 10)
+            if conn.dialect.name != "sqlite":
+                stmt = stmt.with_for_update(skip_locked=True)
+            sql = str(stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+            prefix = "EXPLAIN QUERY PLAN " if conn.dialect.name == "sqlite" else "EXPLAIN "
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.text(f"ANALYZE {app.names.jobs}"))
+            rows = conn.execute(sa.text(prefix + sql)).all()
+            conn.rollback()
+    finally:
+        engine.dispose()
+    return "\n".join(" | ".join(str(v) for v in row) for row in rows)
+
+
+def table(w1: dict[str, Any], w2: dict[str, Any], w3: dict[str, Any], mem: dict[str, Any]) -> str:
+    lat = w2["latency_ms"]
+    p, idle = w3["processing"], w3["idle_worker"]
+    ceiling = w1["process_ceiling_jobs_per_s"]
+    rows = [
+        (f"W1 enqueue, one job per transaction ({w1['single']:,} jobs)",
+         f"{w1['enqueue_single_jobs_per_s']:,} jobs/s",
+         f"{w1['enqueue_single_ceiling_jobs_per_s']:,} jobs/s",
+         f"{w1['enqueue_single_ratio']:.2f}"),
+        (f"W1 enqueue_many ({w1['jobs'] - w1['single']:,} jobs, {w1['chunk']:,} per call)",
+         f"{w1['enqueue_bulk_jobs_per_s']:,} jobs/s",
+         f"{w1['enqueue_bulk_ceiling_jobs_per_s']:,} jobs/s", f"{w1['enqueue_bulk_ratio']:.2f}"),
+        (f"W1 processing (concurrency {w1['concurrency']}, batch {w1['batch_size']})",
+         f"{w1['process_jobs_per_s']:,} jobs/s",
+         f"{ceiling[str(w1['batch_size'])]:,} jobs/s (batch 1: {ceiling['1']:,})",
+         f"{w1['process_ratio']:.2f}"),
+        (f"W2 wake-up latency ({w2['wake_up']})",
+         f"p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms", "", ""),
+        ("W3 per processed job",
+         f"{p['statements_per_job']} statements, {p['commits_per_job']} commits", "", ""),
+        ("W3 idle worker (concurrency 4)",
+         f"{idle['statements_per_minute']} statements/min, {idle['commits_per_minute']} "
+         "commits/min", "", ""),
+        (f"Memory over {mem['jobs']:,} jobs",
+         f"RSS {mem['rss_warm_kib'] / 1024:.1f} MiB warm → {mem['rss_end_kib'] / 1024:.1f} MiB "
+         "at the end", "", ""),
+    ]  # fmt: skip
+    server = ", ".join(f"{k} {v}" for k, v in p["server_per_job"].items())
+    lines = [
+        f"### {w1['server']} — {dt.date.today().isoformat()}, {machine()}",
+        "",
+        "| workload | dbqueue | bare SQL, same driver | ratio |",
+        "|---|---|---|---|",
+        *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows),
+    ]
+    if server:
+        lines += ["", f"Server counters per processed job: {server}."]
+    return "\n".join(lines)
+
+
+STRATEGIES = {
+    "postgresql": ("advisory_lock", "lock_server"),
+    "mariadb": ("advisory_lock", "lock_server"),
+    "sqlite": ("lock_server",),
+}
+
+
+def other_strategies(database: str, quick: bool) -> dict[str, tuple[dict, dict]]:
+    """W1 processing and W2 latency with each non-default strategy, same parameters."""
+    found = {}
+    for strategy in STRATEGIES[database]:
+        w1 = throughput.run(database, 2_000 if quick else 20_000, 200 if quick else 2_000,
+                            1_000, 4, 10, strategy)  # fmt: skip
+        print(throughput.describe(w1), flush=True)
+        w2 = latency.run(database, 20 if quick else 200, 0.02, strategy)
+        print(f"W2 latency ({strategy}): {w2['latency_ms']}", flush=True)
+        save(f"throughput-{database}-{strategy}", w1)
+        save(f"latency-{database}-{strategy}", w2)
+        found[strategy] = (w1, w2)
+    return found
+
+
+DEFAULT_STRATEGY = {"postgresql": "skip_locked", "mariadb": "skip_locked", "sqlite": "sqlite"}
+
+
+def strategies_table(w1: dict, w2: dict, others: dict[str, tuple[dict, dict]]) -> str:
+    default = f"{DEFAULT_STRATEGY[w1['database']]} (default)"
+    rows = [(default, w1, w2), *((k, a, b) for k, (a, b) in others.items())]
+    lines = [
+        "Claim strategies on the same database (W1 processing, W2 wake-up):",
+        "",
+        "| strategy | processing | wake-up | p50 | p95 | p99 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, a, b in rows:
+        lat = b["latency_ms"]
+        lines.append(
+            f"| {name} | {a['process_jobs_per_s']:,} jobs/s | {b['wake_up']} | {lat['p50']} ms "
+            f"| {lat['p95']} ms | {lat['p99']} ms |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("database", choices=sorted(URLS))
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    os.chdir(HERE.parent)
+    quick = args.quick
+    w1 = throughput.run(args.database, 2_000 if quick else 20_000, 200 if quick else 2_000,
+                        1_000, 4, 10, None)  # fmt: skip
+    print(throughput.describe(w1), flush=True)
+    w2 = latency.run(args.database, 20 if quick else 200, 0.02, None)
+    print(f"W2 latency: {w2['latency_ms']}", flush=True)
+    w3 = load.run(args.database, 2_000 if quick else 20_000, 5 if quick else 30)
+    print(load.describe(w3), flush=True)
+    mem = memory.run(args.database, 10_000 if quick else 100_000)
+    print(memory.describe(mem), flush=True)
+    for name, result in (("throughput", w1), ("latency", w2), ("load", w3), ("memory", mem)):
+        save(f"{name}-{args.database}", result)
+    others = other_strategies(args.database, quick)
+    plan = explain_claim(args.database, 2_000 if quick else 20_000)
+    text = "\n\n".join(
+        [
+            table(w1, w2, w3, mem),
+            strategies_table(w1, w2, others),
+            f"The claim's plan (EXPLAIN):\n\n```\n{plan}\n```",
+        ]
+    )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{args.database}.md").write_text(text + "\n")
+    print()
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""W1 — throughput: enqueue 20,000 no-op jobs, then one worker process drains them.
+
+    python -m benchmarks.throughput postgresql|mariadb|sqlite [--jobs 20000] [--single 2000]
+        [--chunk 1000] [--concurrency 4] [--batch-size 10] [--strategy NAME]
+
+Enqueue: the first ``single`` jobs one per transaction on one connection (``app.enqueue``), the
+rest with ``app.enqueue_many``, ``chunk`` jobs per call and transaction. Processing: one worker
+process (``benchmarks.worker_proc``, ``--burst``) with ``concurrency`` threads drains the table.
+The ceiling runs the same work as bare SQL through the same driver (``benchmarks.ceiling``), with
+the same concurrency and batch size, on the same freshly filled table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from benchmarks import ceiling
+from benchmarks.common import URLS, fresh_app, lock_server, machine, save, server_version
+from dbqueue import payload as payload_codec
+
+HERE = Path(__file__).resolve().parent
+
+
+def run_worker_process(url: str, *args: str) -> dict[str, Any]:
+    """Run ``benchmarks.worker_proc`` to completion and return its JSON report."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.worker_proc", url, *args],
+        cwd=HERE.parent,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"worker process failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def empty(app: Any, engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.delete(app.tables.jobs))
+    if engine.dialect.name == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text(f"VACUUM ANALYZE {app.names.jobs}"))
+
+
+def bare_rows(n: int) -> list[tuple]:
+    rows = []
+    for i in range(n):
+        text = payload_codec.encode({"n": i})
+        rows.append(("noop", "default", text, payload_codec.payload_hash(text), 50, 100))
+    return rows
+
+
+def enqueue_with_dbqueue(app: Any, engine: sa.Engine, jobs: int, single: int, chunk: int) -> dict:
+    started = time.perf_counter()
+    with engine.connect() as conn:
+        for i in range(single):
+            with conn.begin():
+                app.enqueue(conn, "noop", {"n": i})
+    single_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    with engine.connect() as conn:
+        for first in range(single, jobs, chunk):
+            batch = [
+                {"task": "noop", "payload": {"n": i}}
+                for i in range(first, min(jobs, first + chunk))
+            ]
+            with conn.begin():
+                app.enqueue_many(conn, batch)
+    bulk_seconds = time.perf_counter() - started
+    return {
+        "single_jobs_per_s": round(single / single_seconds),
+        "bulk_jobs_per_s": round((jobs - single) / bulk_seconds),
+    }
+
+
+def bulk_insert_bare(url: str, table: str, rows: list[tuple], chunk: int) -> float:
+    """Multi-row INSERT through the driver's own fast path; returns seconds."""
+    backend = ceiling._backend(url)
+    conn = ceiling._connect(url)
+    columns = "(task, queue, payload, payload_hash, priority, max_attempts)"
+    try:
+        started = time.perf_counter()
+        for first in range(0, len(rows), chunk):
+            part = rows[first : first + chunk]
+            if backend == "postgresql":
+                from psycopg2.extras import execute_values
+
+                with conn.cursor() as cur:
+                    execute_values(
+                        cur,
+                        f"INSERT INTO {table} {columns} VALUES %s RETURNING id",
+                        part,
+                        page_size=chunk,
+                        fetch=True,
+                    )
+                conn.commit()
+            elif backend == "mysql":
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        f"INSERT INTO {table} {columns} VALUES (%s,%s,%s,%s,%s,%s)", part
+                    )
+                conn.commit()
+            else:
+                conn.execute("BEGIN")
+                conn.executemany(f"INSERT INTO {table} {columns} VALUES (?,?,?,?,?,?)", part)
+                conn.execute("COMMIT")
+        return time.perf_counter() - started
+    finally:
+        conn.close()
+
+
+def run(
+    database: str,
+    jobs: int,
+    single: int,
+    chunk: int,
+    concurrency: int,
+    batch_size: int,
+    strategy: str | None,
+) -> dict[str, Any]:
+    url = URLS[database]
+    app = fresh_app(url)
+    engine = app.create_engine(pool_pre_ping=False)
+    table = app.names.jobs
+    rows = bare_rows(jobs)
+    try:
+        # Bare enqueue first (the ceiling), then dbqueue's on an emptied table.
+        bare_single = ceiling.enqueue_single(url, table, rows[:single])
+        empty(app, engine)
+        bare_bulk = bulk_insert_bare(url, table, rows[single:], chunk)
+        empty(app, engine)
+        enqueue = enqueue_with_dbqueue(app, engine, jobs, single, chunk)
+        empty(app, engine)
+        app.enqueue_many(engine, [{"task": "noop", "payload": {"n": i}} for i in range(jobs)])
+        if engine.dialect.name == "postgresql":
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.execute(sa.text(f"ANALYZE {table}"))
+        options = ["--burst", "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
+        if strategy:
+            options += ["--strategy", strategy]
+        if strategy == "lock_server":
+            with lock_server(url) as server:
+                report = run_worker_process(url, "--lock-server", server, *options)
+        else:
+            report = run_worker_process(url, *options)
+        processed = report["succeeded"]
+        dbqueue_rate = processed / report["seconds"]
+        bare: dict[str, float] = {}
+        for size in sorted({1, batch_size}):
+            empty(app, engine)
+            bulk_insert_bare(url, table, rows, chunk)
+            if engine.dialect.name == "postgresql":
+                with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                    conn.execute(sa.text(f"ANALYZE {table}"))
+            n, seconds = ceiling.drain(url, table, concurrency, size)
+            bare[str(size)] = round(n / seconds)
+    finally:
+        engine.dispose()
+    single_ceiling = single / bare_single
+    bulk_ceiling = (jobs - single) / bare_bulk
+    return {
+        "workload": "W1 throughput",
+        "database": database,
+        "server": server_version(url),
+        "strategy": strategy or "default",
+        "jobs": jobs,
+        "single": single,
+        "chunk": chunk,
+        "concurrency": concurrency,
+        "batch_size": batch_size,
+        "enqueue_single_jobs_per_s": enqueue["single_jobs_per_s"],
+        "enqueue_single_ceiling_jobs_per_s": round(single_ceiling),
+        "enqueue_single_ratio": round(enqueue["single_jobs_per_s"] / single_ceiling, 2),
+        "enqueue_bulk_jobs_per_s": enqueue["bulk_jobs_per_s"],
+        "enqueue_bulk_ceiling_jobs_per_s": round(bulk_ceiling),
+        "enqueue_bulk_ratio": round(enqueue["bulk_jobs_per_s"] / bulk_ceiling, 2),
+        "processed": processed,
+        "process_jobs_per_s": round(dbqueue_rate),
+        "process_ceiling_jobs_per_s": bare,
+        "process_ratio": round(dbqueue_rate / bare[str(batch_size)], 2),
+    }
+
+
+def describe(result: dict[str, Any]) -> str:
+    bare = result["process_ceiling_jobs_per_s"]
+    return "\n".join(
+        [
+            f"W1 {result['database']} ({result['server']}, strategy {result['strategy']}, "
+            f"{result['jobs']} no-op jobs, concurrency {result['concurrency']}, "
+            f"batch {result['batch_size']})",
+            f"  enqueue, one per transaction: {result['enqueue_single_jobs_per_s']:>8} jobs/s  "
+            f"(bare INSERT+COMMIT {result['enqueue_single_ceiling_jobs_per_s']}, "
+            f"ratio {result['enqueue_single_ratio']})",
+            f"  enqueue_many:                 {result['enqueue_bulk_jobs_per_s']:>8} jobs/s  "
+            f"(bare multi-row INSERT {result['enqueue_bulk_ceiling_jobs_per_s']}, "
+            f"ratio {result['enqueue_bulk_ratio']})",
+            f"  processing:                   {result['process_jobs_per_s']:>8} jobs/s  "
+            f"(bare claim+complete: {', '.join(f'batch {k}: {v}' for k, v in bare.items())}; "
+            f"ratio {result['process_ratio']})",
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("database", choices=sorted(URLS))
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--single", type=int, default=2_000)
+    parser.add_argument("--chunk", type=int, default=1_000)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=10)
+    parser.add_argument("--strategy")
+    args = parser.parse_args()
+    os.chdir(HERE.parent)
+    result = run(
+        args.database,
+        args.jobs,
+        args.single,
+        args.chunk,
+        args.concurrency,
+        args.batch_size,
+        args.strategy,
+    )
+    print(machine())
+    print(describe(result))
+    suffix = f"-{args.strategy}" if args.strategy else ""
+    print(f"saved {save(f'throughput-{args.database}{suffix}', result)}")
+
+
+if __name__ == "__main__":
+    main()
