@@ -14,6 +14,7 @@ it), then that two concurrent claims take the first two jobs in claim order with
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import secrets
 import time
@@ -25,7 +26,7 @@ import sqlalchemy as sa
 from support.backends import drop_queue_tables
 
 import dbqueue
-from dbqueue.job import Status
+from dbqueue.job import Job, Status
 
 JOBS = 20_000
 CHUNK = 2_000
@@ -94,6 +95,26 @@ def claim_sql(app: dbqueue.App, conn: sa.Connection, queue: str, limit: int) -> 
     # this very text whether the values are bound or rendered as literals.
     stmt = claim_statement(app, conn, queue, limit)
     return str(stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+
+
+def driver_sql(conn: sa.Connection, run: Any) -> str:
+    """The text the driver sends when ``run(conn)`` executes its statement (quoted by the driver
+    itself), which is then rolled back."""
+    sent: list[tuple[str, Any]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany) -> None:
+        sent.append((statement, parameters))
+
+    sa.event.listen(conn, "before_cursor_execute", capture)
+    try:
+        with conn.begin() as transaction:
+            run(conn)
+            (statement, parameters), *_ = sent
+            sql = conn.connection.driver_connection.cursor().mogrify(statement, parameters)
+            transaction.rollback()
+    finally:
+        sa.event.remove(conn, "before_cursor_execute", capture)
+    return sql.decode() if isinstance(sql, bytes) else sql
 
 
 def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -196,4 +217,47 @@ def test_a_second_claim_takes_the_next_job_without_waiting(filled, backend):
             first.rollback()
             second.rollback()
     finally:
+        engine.dispose()
+
+
+def test_a_batch_completion_finds_its_jobs_by_primary_key_even_without_statistics(backend):
+    """A fresh queue table has no statistics until (auto)analyze runs: the planner must still
+    find a batch's 10 ids through the primary key, not walk every runnable job's entry in the
+    claim index because the guard ``status = 'available'`` names its first column (that made
+    each completion read ~1,000 index entries per job with 20,000 jobs queued)."""
+    prefix = f"plan_{secrets.token_hex(3)}_"
+    app = dbqueue.App(backend.url, table_prefix=prefix)
+    engine = app.engine
+    try:
+        app.migrate()
+        ids: list[int] = []
+        for start in range(0, JOBS, CHUNK):
+            batch = [{"task": "plan", "payload": {"i": i}} for i in range(start, start + CHUNK)]
+            ids += app.enqueue_many(engine, batch)
+        with engine.connect() as conn:
+            queue_engine = app.queue_engine(conn)
+            batch = ids[5_000:5_010] or list(range(5_001, 5_011))  # MySQL gives no ids back
+            jobs = [Job(id=job_id, started_at=dt.datetime.now(dt.timezone.utc)) for job_id in batch]
+            sql = driver_sql(
+                conn,
+                lambda c: queue_engine.complete(
+                    c,
+                    [(job, None) for job in jobs],
+                    attempt_increment=1,
+                    expected_status=Status.AVAILABLE,
+                    worker_id="plan",
+                ),
+            )
+            if backend.database == "postgresql":
+                (plan,) = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {sql}").scalar_one()
+                print(f"\n-- PostgreSQL completion:\n{sql}\n-- plan:\n{json.dumps(plan)}")
+                scans = [n for n in plan_nodes(plan["Plan"]) if "Index Name" in n]
+                assert {n["Index Name"] for n in scans} == {f"{app.names.jobs}_pkey"}, plan
+            else:
+                classic = [dict(r._mapping) for r in conn.exec_driver_sql(f"EXPLAIN {sql}")]
+                print(f"\n-- MariaDB completion:\n{sql}\n-- plan: {classic}")
+                (row,) = classic
+                assert row["key"] == "PRIMARY", row
+    finally:
+        drop_queue_tables(engine, prefix)
         engine.dispose()

@@ -32,6 +32,9 @@ REVIEWED = {
     ("dialects/mysql.py", 'sa.text("KILL CONNECTION :id")'): "no Core construct; id is bound",
     ("dialects/mysql.py", 'sa.text("(UTC_TIMESTAMP(6))")'): "constant DDL default",
     ("dialects/sqlite.py", "sa.literal_column(\"''\")"): "constant: an empty string",
+    ("dialects/postgresql.py", 'return column.op("||")(sa.literal_column("\'\'"))'): (
+        "constant: an empty string"
+    ),
     ("dialects/sqlite.py", "sa.text(f\"(strftime('{_CLOCK_FORMAT}', 'now'))\")"): (
         "constant DDL default (module constant)"
     ),
