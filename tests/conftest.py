@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from support import reporting  # noqa: E402
 from support.backends import (  # noqa: E402
     BACKENDS,
     DEFAULT_STRATEGY,
@@ -29,6 +30,22 @@ from support.backends import (  # noqa: E402
 from support.lockserver import ServerProcess, start_server  # noqa: E402
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if reporting.is_main_process(config) and getattr(config, "cache", None) is not None:
+        reporting.clear(config, "chaos")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
+    """The chaos suite's counts (tests/chaos), from whichever process ran each case."""
+    if not reporting.is_main_process(config) or getattr(config, "cache", None) is None:
+        return
+    lines = reporting.lines(config, "chaos")
+    if lines:
+        terminalreporter.section("dbqueue chaos")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def requires_backend(name: str, url: str) -> None:

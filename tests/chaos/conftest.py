@@ -10,8 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-REPORT = pytest.StashKey[list[str]]()
+from support import reporting  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -24,14 +23,21 @@ def private_servers() -> Iterator[dict[str, object]]:
             server.destroy()  # type: ignore[attr-defined]
 
 
+class ChaosReport:
+    """Lines for the closing "dbqueue chaos" section (see support/reporting.py)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, line: str) -> None:
+        with self.path.open("a") as report:
+            report.write(line + "\n")
+
+    def __repr__(self) -> str:
+        return self.path.read_text() if self.path.exists() else "(empty)"
+
+
 @pytest.fixture(scope="session")
-def chaos_report(request: pytest.FixtureRequest) -> list[str]:
-    return request.config.stash.setdefault(REPORT, [])
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
-    lines = config.stash.get(REPORT, [])
-    if lines:
-        terminalreporter.section("dbqueue chaos")
-        for line in lines:
-            terminalreporter.write_line(line)
+def chaos_report(request: pytest.FixtureRequest) -> ChaosReport:
+    worker = getattr(request.config, "workerinput", {}).get("workerid", "main")
+    return ChaosReport(reporting.report_dir(request.config, "chaos") / f"{worker}.txt")
