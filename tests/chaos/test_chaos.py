@@ -42,6 +42,7 @@ from support.backends import (
 from support.chaos_worker import runs_metadata, runs_table
 from support.lockserver import ServerProcess, start_server
 from support.private_servers import private_server
+from support.waiting import wait_for
 
 import dbqueue
 from dbqueue import migrate
@@ -241,14 +242,6 @@ def fresh_tables(url: str) -> tuple[dbqueue.App, sa.Table]:
 
 def enqueue(app: dbqueue.App, count: int) -> None:
     app.enqueue_many(None, [{"task": "chaos", "payload": {"n": i}} for i in range(count)])
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def diagnosis(progress: Progress, workers: Workers, services: dict[str, LockServer]) -> str:

@@ -10,30 +10,10 @@ import threading
 import time
 
 import pytest
-import sqlalchemy as sa
-from support.backends import effects
+from support.backends import effect_rows, effects
+from support.waiting import wait_for
 
 import dbqueue
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def effect_rows(backend) -> list[tuple[int, str]]:
-    engine = backend.engine()
-    try:
-        with engine.connect() as conn:
-            return sorted(
-                tuple(r) for r in conn.execute(sa.select(effects.c.job_id, effects.c.note))
-            )
-    finally:
-        engine.dispose()
 
 
 def no_delay(attempt: int) -> float:
@@ -64,7 +44,7 @@ def test_a_base_exception_from_a_handler_is_a_failed_attempt_and_the_thread_goes
     assert job["status"] == "dead"
     assert job["message"].startswith(f"{exc_type.__name__}: raised by the handler"), job["message"]
     fine_ids = [j["id"] for j in backend.jobs() if j["task"] == "fine"]
-    assert effect_rows(backend) == [
+    assert effect_rows(backend, "job_id", "note") == [
         (i, "fine") for i in fine_ids
     ]  # the bad job's write rolled back
 
@@ -91,7 +71,9 @@ def test_a_handler_running_past_its_timeout_fails_that_attempt_and_is_retried(ba
     ), job["previous_message"]
     assert "spinner" in job["previous_message"]  # the traceback shows where it was stuck
     assert summary.abandoned_threads == 0 and summary.failed == 1
-    assert effect_rows(backend) == [(job_id, "attempt 2")]  # the timed-out attempt rolled back
+    assert effect_rows(backend, "job_id", "note") == [
+        (job_id, "attempt 2")
+    ]  # the timed-out attempt rolled back
 
 
 def test_the_worker_wide_job_timeout_applies_to_tasks_without_their_own(backend):
@@ -177,7 +159,7 @@ def test_a_handler_blocked_in_c_is_abandoned_its_claim_released_and_its_thread_r
     assert resumed.wait(30)
     assert late_write[0] == "timeout" and late_write[1] != "flushed", late_write
     time.sleep(0.5)  # give the unblocked thread time to try anything else it would
-    assert effect_rows(backend) == [(stuck_id, "attempt 2"), (other_id, "other")]
+    assert effect_rows(backend, "job_id", "note") == [(stuck_id, "attempt 2"), (other_id, "other")]
     assert app.get_job(stuck_id)["message"] == "second attempt"
 
 

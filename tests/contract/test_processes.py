@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
-from support.backends import effects
+from support.backends import effect_rows
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -23,25 +23,6 @@ def start_worker(backend, *args: str, log: Path) -> subprocess.Popen:
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
     )
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def effect_rows(backend) -> list[tuple[int, str, int]]:
-    engine = backend.engine()
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(sa.select(effects.c.job_id, effects.c.note, effects.c.pid))
-            return sorted(tuple(r) for r in rows)
-    finally:
-        engine.dispose()
 
 
 def test_four_processes_drain_2000_jobs_exactly_once(backend, tmp_path):

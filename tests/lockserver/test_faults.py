@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
-from support.backends import effects
+from support.backends import effect_rows
 from support.lockserver import RawClient, ServerProcess, start_server
+from support.waiting import wait_for
 
 from dbqueue.locks import job_lock_name
 
@@ -36,18 +36,6 @@ LOCK_SERVER_BACKENDS = [
 ROW_LOCK_BACKENDS = [b for b in LOCK_SERVER_BACKENDS if not b.startswith("sqlite")]
 
 pytestmark = pytest.mark.slow
-
-
-def wait_for(predicate, timeout: float, what: str, log: Path | None = None) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    tail = f"\n--- log ---\n{log.read_text()[-4000:]}" if log and log.exists() else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}{tail}")
 
 
 def start_worker(
@@ -73,16 +61,6 @@ def start_worker(
         stderr=subprocess.STDOUT,
         env=environ,
     )
-
-
-def effect_rows(backend) -> list[tuple[int, str, int]]:
-    engine = backend.engine()
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(sa.select(effects.c.job_id, effects.c.note, effects.c.pid))
-            return sorted(tuple(r) for r in rows)
-    finally:
-        engine.dispose()
 
 
 def lock_name(app, job_id: int) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.lockserver import RawClient, ServerProcess, start_server
+from support.waiting import wait_for
 
 import dbqueue
 from dbqueue.lockserver import protocol
@@ -83,15 +84,6 @@ def still_served(client: RawClient) -> None:
     assert client.request({"op": "ping", "id": 99}) == {"id": 99, "ok": True}
 
 
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 # ---- locks --------------------------------------------------------------------------------------
 def test_a_lock_has_one_holder_and_dies_with_its_connection(server):
     with connect(server) as a, connect(server) as b:
@@ -102,7 +94,7 @@ def test_a_lock_has_one_holder_and_dies_with_its_connection(server):
         held = b.request({"op": "holding", "id": 2, "names": ["t:job:1"], "owner": "o"})
         assert held["held"] == [False]
         a.close()  # as a killed worker's kernel would: the server frees its locks at once
-        wait_until(lambda: acquire(b, ["t:job:1"], request_id=3) == [True], 10, "the lock")
+        wait_for(lambda: acquire(b, ["t:job:1"], request_id=3) == [True], 10, "the lock")
         assert acquire(b, ["t:job:2"], request_id=4) == [True]
 
 
@@ -205,7 +197,7 @@ def test_no_more_than_max_clients_are_served(queue_db, tmp_path):
             still_served(client)
         clients.pop().close()
         # The freed slot is taken again (the server notices the close at once).
-        wait_until(lambda: _hello_ok(limited), 10, "a free slot")
+        wait_for(lambda: _hello_ok(limited), 10, "a free slot")
     finally:
         for client in clients:
             client.close()

@@ -9,11 +9,11 @@ server's poll of the table found a job inserted with plain SQL.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 
 import pytest
 import sqlalchemy as sa
+from support.idle_worker import HOUR, IdleWorker
 from support.lockserver import start_server
 
 LOCK_SERVER_BACKENDS = [
@@ -22,35 +22,19 @@ LOCK_SERVER_BACKENDS = [
     "sqlite-lock_server",
     "singlestore-lock_server",
 ]
-HOUR = 3600.0
 
 pytestmark = pytest.mark.parametrize("backend", LOCK_SERVER_BACKENDS, indirect=True)
 
 
-class IdleWorker:
+class LockServerIdleWorker(IdleWorker):
     def __init__(self, app):
-        self.done: list[int] = []
-        self.ready = threading.Event()
+        super().__init__(app, "lock_server")
 
-        @app.task("wake")
-        def wake(job, session):
-            self.done.append(job.id)
-
-        self.worker = app.worker(
-            strategy="lock_server",
-            poll_interval=HOUR,
-            min_poll_interval=HOUR,
-            install_signal_handlers=False,
-            maintenance=False,
-        )
-        self.thread = threading.Thread(target=self.worker.run)
-
-    def __enter__(self) -> IdleWorker:
-        self.thread.start()
+    def wait_until_idle(self) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # subscribed, and its first claim found nothing
             if self.worker.summary.rounds >= self.worker.concurrency and self.subscribed():
-                return self
+                return
             time.sleep(0.02)
         raise AssertionError("the worker did not start")
 
@@ -61,17 +45,6 @@ class IdleWorker:
             and getattr(notifier, "client", None) is not None
             and (notifier.client.connected)
         )
-
-    def __exit__(self, *exc) -> None:
-        self.worker.stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-
-    def wait_for(self, job_id: int, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while job_id not in self.done and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert job_id in self.done, f"job {job_id} was not picked up: the worker was not woken"
 
 
 def test_an_enqueue_elsewhere_hints_the_server_which_wakes_the_worker(backend, tmp_path):
@@ -84,7 +57,7 @@ def test_an_enqueue_elsewhere_hints_the_server_which_wakes_the_worker(backend, t
     )
     try:
         backend = dataclasses.replace(backend, server=server.address)
-        with IdleWorker(backend.app()) as idle:
+        with LockServerIdleWorker(backend.app()) as idle:
             other = backend.app()  # another App: no in-process wake-up reaches the worker
             job_id = other.enqueue(None, "wake", {})
             idle.wait_for(job_id)
@@ -94,7 +67,7 @@ def test_an_enqueue_elsewhere_hints_the_server_which_wakes_the_worker(backend, t
 
 
 def test_a_plain_sql_insert_is_found_by_the_server_poll(backend):
-    with IdleWorker(backend.app()) as idle:
+    with LockServerIdleWorker(backend.app()) as idle:
         engine = backend.engine()
         try:
             with engine.begin() as conn:  # nobody hints: the server's poll (every 1 s) finds it
@@ -106,7 +79,7 @@ def test_a_plain_sql_insert_is_found_by_the_server_poll(backend):
 
 
 def test_a_delayed_job_runs_on_time(backend):
-    with IdleWorker(backend.app()) as idle:
+    with LockServerIdleWorker(backend.app()) as idle:
         other = backend.app()
         job_id = other.enqueue(None, "wake", {}, delay=1.0)
         # The hint wakes the worker; finding nothing runnable yet, it sleeps until the job's

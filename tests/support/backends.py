@@ -44,6 +44,17 @@ effects = sa.Table(
 )
 
 
+def effect_rows(backend: Backend, *columns: str) -> list[tuple[Any, ...]]:
+    """The handlers' rows, sorted: (job_id, note, pid) unless other ``columns`` are named."""
+    engine = backend.engine()
+    try:
+        with engine.connect() as conn:
+            chosen = [effects.c[name] for name in columns or ("job_id", "note", "pid")]
+            return sorted(tuple(row) for row in conn.execute(sa.select(*chosen)))
+    finally:
+        engine.dispose()
+
+
 @dataclass(frozen=True)
 class BackendSpec:
     key: str

@@ -1,0 +1,25 @@
+"""Waiting on events in tests: poll a condition with a deadline, never a bare sleep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def wait_for(
+    predicate: Callable[[], object],
+    timeout: float,
+    what: str,
+    log: Path | None = None,
+    interval: float = 0.05,
+) -> None:
+    """Return once ``predicate()`` is true; fail after ``timeout`` seconds naming ``what``
+    (with the end of ``log`` when given)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    tail = f"\n--- log ---\n{log.read_text()[-4000:]}" if log and log.exists() else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{tail}")
