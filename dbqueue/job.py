@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, ClassVar
 
 
 class Status:
@@ -62,11 +62,30 @@ _SEED_KEYS = {
 }
 
 
-class Job:
+class SeedKeys:
+    """``obj["key"]`` and ``obj.get("key")`` for code written against the seed's dicts: its
+    Portuguese keys (``seed_keys``) are mapped to attributes, other keys are attribute names."""
+
+    __slots__ = ()
+    seed_keys: ClassVar[dict[str, str]] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, self.seed_keys.get(key, key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except AttributeError:
+            return default
+
+
+class Job(SeedKeys):
     """One claimed job. Attributes mirror the jobs table's columns (see the README).
 
     ``attempt`` is the number of the attempt now running (1 for the first run).
     """
+
+    seed_keys = _SEED_KEYS
 
     __slots__ = (
         "id",
@@ -121,15 +140,6 @@ class Job:
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, _SEED_KEYS.get(key, key))
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except AttributeError:
-            return default
 
     def __repr__(self) -> str:
         return f"<Job {self.id} {self.task!r} queue={self.queue!r} attempt={self.attempt}>"

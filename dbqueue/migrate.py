@@ -145,16 +145,21 @@ def run_migrations(context: Any) -> None:
         engine.dispose()
 
 
+def _version_options(names: TableNames, dialect: dialects.Dialect) -> dict[str, Any]:
+    """What online and offline (--sql) runs both tell Alembic: this queue's tables and its own
+    version table, and how the database alters tables."""
+    return {
+        "target_metadata": tables_for(names).metadata,
+        "version_table": names.version_table,
+        "version_table_schema": names.schema,
+        "version_table_pk": dialect.version_table_pk,
+        "render_as_batch": dialect.needs_batch_alter,
+    }
+
+
 def _migrate(context: Any, connection: Connection, names: TableNames) -> None:
     dialect = dialects.for_sqlalchemy(connection.dialect)
-    context.configure(
-        connection=connection,
-        target_metadata=tables_for(names).metadata,
-        version_table=names.version_table,
-        version_table_schema=names.schema,
-        version_table_pk=dialect.version_table_pk,
-        render_as_batch=dialect.needs_batch_alter,
-    )
+    context.configure(connection=connection, **_version_options(names, dialect))
     with context.begin_transaction():
         context.run_migrations(names=names)
 
@@ -165,12 +170,8 @@ def _migrate_offline(context: Any, url: str, names: TableNames) -> None:
     context.configure(
         dialect_name=parsed.get_backend_name(),
         url=parsed,
-        target_metadata=tables_for(names).metadata,
-        version_table=names.version_table,
-        version_table_schema=names.schema,
-        version_table_pk=dialect.version_table_pk,
-        render_as_batch=dialect.needs_batch_alter,
         literal_binds=True,
+        **_version_options(names, dialect),
     )
     with context.begin_transaction():
         context.run_migrations(names=names)

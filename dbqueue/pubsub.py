@@ -17,7 +17,7 @@ import datetime as dt
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection
 from . import dialects
 from .errors import ConfigurationError, SchemaMissingError
 from .identifiers import check_subscription_id, check_task_name
+from .job import SeedKeys
 from .schema import DEFAULT_HTTP_METHOD, HTTP_METHODS, QueueTables
 
 #: ``subscription_id`` of a publication's own record (never a valid subscription id).
@@ -207,8 +208,10 @@ def _check_business_group(group: Any) -> str | None:
 
 # ---- the value ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Subscription:
+class Subscription(SeedKeys):
     """One row of the subscriptions table. ``headers`` is what is stored (normally a dict)."""
+
+    seed_keys: ClassVar[dict[str, str]] = _SEED_KEYS
 
     id: str
     topic: str
@@ -249,15 +252,6 @@ class Subscription:
             "active": self.active,
             "created_at": self.created_at,
         }
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, _SEED_KEYS.get(key, key))
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except AttributeError:
-            return default
 
     def __repr__(self) -> str:  # never shows header values
         target = display_url(self.url) if self.is_webhook else "code"

@@ -38,6 +38,27 @@ SEED_STATUSES = {
 }
 
 
+def _options(
+    origem: str | None,
+    destino: str | None,
+    chave_externa: str | None,
+    tenant: int | None,
+    grupo_empresarial: str | None,
+    data_hora: dt.datetime | None,
+    prioridade: int | None,
+) -> dict[str, Any]:
+    """The seed's insert arguments as enqueue/publish options."""
+    return {
+        "origin": origem,
+        "destination": destino,
+        "external_key": chave_externa,
+        "tenant": tenant,
+        "business_group": grupo_empresarial,
+        "run_at": _aware(data_hora),
+        "priority": prioridade,
+    }
+
+
 def _aware(value: dt.datetime | None) -> dt.datetime | None:
     """The seed passed naive local datetimes; read them as the machine's local time."""
     if value is None or value.tzinfo is not None:
@@ -77,13 +98,9 @@ class QueueClient:
             self.conn,
             processo,
             payload,
-            origin=origem,
-            destination=destino,
-            external_key=chave_externa,
-            tenant=tenant,
-            business_group=grupo_empresarial,
-            run_at=_aware(data_hora),
-            priority=prioridade,
+            **_options(
+                origem, destino, chave_externa, tenant, grupo_empresarial, data_hora, prioridade
+            ),
         )
 
     def insert_task_pub_sub(
@@ -104,13 +121,9 @@ class QueueClient:
             self.conn,
             processo,
             payload,
-            origin=origem,
-            destination=destino,
-            external_key=chave_externa,
-            tenant=tenant,
-            business_group=grupo_empresarial,
-            run_at=_aware(data_hora),
-            priority=prioridade,
+            **_options(
+                origem, destino, chave_externa, tenant, grupo_empresarial, data_hora, prioridade
+            ),
         )
 
     def insert_task_webhook(
@@ -131,13 +144,9 @@ class QueueClient:
             self.conn,
             processo,
             payload,
-            origin=origem,
-            destination=destino,
-            external_key=chave_externa,
-            tenant=tenant,
-            business_group=grupo_empresarial,
-            run_at=_aware(data_hora),
-            priority=prioridade,
+            **_options(
+                origem, destino, chave_externa, tenant, grupo_empresarial, data_hora, prioridade
+            ),
         )
 
     def list_equivalent_task(
