@@ -9,13 +9,11 @@ database, started on a free port the first time one is used.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -24,12 +22,10 @@ from support.backends import (  # noqa: E402
     BACKENDS,
     DEFAULT_STRATEGY,
     Backend,
-    database_reachable,
     prepare_database,
+    requires_backend,
 )
 from support.lockserver import ServerProcess, start_server  # noqa: E402
-
-CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,18 +42,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
         terminalreporter.section("dbqueue chaos")
         for line in lines:
             terminalreporter.write_line(line)
-
-
-def requires_backend(name: str, url: str) -> None:
-    """Fail under CI, skip loudly otherwise, when a database server is unreachable."""
-    problem = database_reachable(url)
-    if problem is None:
-        return
-    message = f"{name} is unreachable at {sa.engine.make_url(url).render_as_string()}: {problem}"
-    if CI:
-        pytest.fail(f"CI=true and {message}", pytrace=False)
-    sys.stderr.write(f"\n{'!' * 78}\n!! SKIPPING {name} TESTS: {message}\n{'!' * 78}\n")
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")

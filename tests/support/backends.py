@@ -8,10 +8,12 @@ SingleStore module — run against MariaDB (no SingleStore server exists here): 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 import dbqueue
@@ -101,6 +103,21 @@ DEFAULT_STRATEGY = {
     "sqlite": "sqlite",
     "singlestore": "lock_server",
 }
+
+
+CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def requires_backend(name: str, url: str) -> None:
+    """Fail under CI, skip loudly otherwise, when a database server is unreachable."""
+    problem = database_reachable(url)
+    if problem is None:
+        return
+    message = f"{name} is unreachable at {sa.engine.make_url(url).render_as_string()}: {problem}"
+    if CI:
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    sys.stderr.write(f"\n{'!' * 78}\n!! SKIPPING {name} TESTS: {message}\n{'!' * 78}\n")
+    pytest.skip(message)
 
 
 def database_reachable(url: str) -> str | None:
