@@ -9,6 +9,7 @@ database's name.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from . import payload as payload_codec
+from .compiled import CompiledStatement
 from .dialects import Dialect
 from .errors import SchemaMissingError
 from .job import ROW_FIELDS, Job, MalformedPayload, Status
@@ -27,6 +29,13 @@ from .sqltypes import UtcDateTime
 _COLUMNAR_ROWS = 10_000
 # SQLite's default limit (32766) is the lowest of the supported databases'.
 _MAX_BIND_PARAMETERS = 32_000
+
+
+@functools.cache
+def _id_names(size: int) -> tuple[str, ...]:
+    """Bind names of a completion's ids: ``id_0`` … ``id_<size-1>``."""
+    return tuple(f"id_{i}" for i in range(size))
+
 
 # Columns a claim returns before the claim time; Job has one attribute for each.
 _JOB_COLUMNS = ROW_FIELDS[:-1]
@@ -137,6 +146,9 @@ class QueueEngine:
         self._claim_order = dialect.claim_order(self.jobs)
         self._claim_key = [column.name for column in self._claim_order]
         self._statements: dict[str, Any] = {}
+        #: id(statement) -> (statement, its CompiledStatement); the statement is kept alive.
+        self._compiled: dict[int, tuple[Any, CompiledStatement]] = {}
+        self.sa_dialect = dialect.sa_dialect
 
     # ---- enqueue ------------------------------------------------------------------------------
     def _insert_statement(self, timing: str) -> sa.Insert:
@@ -269,6 +281,13 @@ class QueueEngine:
             found = self._statements[key] = build()
         return found
 
+    def compiled(self, stmt: Any) -> CompiledStatement:
+        """``stmt`` (one of the statements above, built once) compiled for the hot path."""
+        found = self._compiled.get(id(stmt))
+        if found is None:
+            found = self._compiled[id(stmt)] = (stmt, CompiledStatement(stmt, self.sa_dialect))
+        return found[1]
+
     def runnable(self, queue: str | None = None, limit: int | None = None) -> sa.Select:
         """Runnable jobs of one queue in claim order; strategies add their locking to it.
 
@@ -302,10 +321,11 @@ class QueueEngine:
         text in any column) would fail every claim that reaches it: such rows are set aside as
         dead, each with a message naming the problem, and the claim returns nothing this round.
         """
+        compiled = self.compiled(stmt)
         for _ in range(2):
-            rows = conn.execute(stmt, {"queue": queue, "limit": limit}).all()
+            rows = compiled.raw_rows(conn, {"queue": queue, "limit": limit})
             try:
-                return [Job.from_tuple(row, attempt_increment) for row in rows]
+                return [Job.from_tuple(compiled.process(row), attempt_increment) for row in rows]
             except (TypeError, ValueError):
                 if not self.set_aside_unreadable(conn, [row[0] for row in rows]):
                     raise
@@ -475,7 +495,6 @@ class QueueEngine:
             return 0
         messages = {job.id: truncate(message) for job, message in done if message is not None}
         params = {
-            "ids": [job.id for job, _ in done],
             "expected_status": expected_status,
             "increment": attempt_increment,
             "started": done[0][0].started_at,
@@ -484,17 +503,34 @@ class QueueEngine:
         fenced = claimed_by is not None
         if fenced:
             params["claimed_by"] = claimed_by
+        ids = [job.id for job, _ in done]
         if not messages:
+            # One statement per batch length, ids as separate parameters: compiled in advance.
+            size = len(ids)
             stmt = self.statement(
-                f"complete:{fenced}", lambda: self._build_complete(sa.null(), fenced)
+                f"complete:{fenced}:{size}",
+                lambda: self._build_complete(sa.null(), fenced, self._id_list(size)),
             )
-            return conn.execute(stmt, params).rowcount
+            params.update(zip(_id_names(size), ids, strict=True))
+            return self.compiled(stmt).rowcount(conn, params)
         # Handlers that return a message: one CASE arm per message (rarer, built per batch).
         j = self.jobs
-        stmt = self._build_complete(sa.case(messages, value=j.c.id, else_=sa.null()), fenced)
+        params["ids"] = ids
+        stmt = self._build_complete(
+            sa.case(messages, value=j.c.id, else_=sa.null()),
+            fenced,
+            self.dialect.in_list(j.c.id, "ids"),
+        )
         return conn.execute(stmt, params).rowcount
 
-    def _build_complete(self, message: sa.ColumnElement, fenced: bool) -> sa.Update:
+    def _id_list(self, size: int) -> sa.ColumnElement:
+        id_type = self.jobs.c.id.type
+        binds = [sa.bindparam(name, type_=id_type) for name in _id_names(size)]
+        return self.jobs.c.id.in_(binds)
+
+    def _build_complete(
+        self, message: sa.ColumnElement, fenced: bool, ids: sa.ColumnElement
+    ) -> sa.Update:
         j = self.jobs
         now = self.dialect.now()
         started = sa.bindparam("started", type_=j.c.started_at.type)
@@ -502,7 +538,7 @@ class QueueEngine:
         return (
             sa.update(j)
             .where(
-                self.dialect.in_list(j.c.id, "ids"),
+                ids,
                 self.dialect.unindexed(j.c.status)
                 == sa.bindparam("expected_status", type_=j.c.status.type),
                 *(fence if fenced else []),

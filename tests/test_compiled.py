@@ -1,0 +1,99 @@
+"""The worker's hot statements, run on the DBAPI cursor, behave as ``Connection.execute`` does:
+same rows and values, same row counts, cursor events fire, and a lost connection is invalidated
+and raised as SQLAlchemy's error (the worker's reconnect logic depends on that)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import sqlalchemy as sa
+
+from dbqueue import compiled as compiled_module
+from dbqueue.compiled import CompiledStatement
+from dbqueue.job import Status
+
+
+@pytest.fixture(params=["cursor", "fallback"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of executing: SQLAlchemy's cursor execution, and the public fallback."""
+    if request.param == "fallback":
+        monkeypatch.setattr(compiled_module, "_CURSOR_EXECUTE", None)
+    return request.param
+
+
+def _enqueue_three(app, engine: sa.Engine) -> list[int]:
+    later = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
+    return [
+        app.enqueue(engine, "a", {"n": 1, "text": "é\"'\\"}, priority=10),
+        app.enqueue(engine, "b", None, external_key="k", tenant=-7),
+        app.enqueue(engine, "c", [1, 2.5, None], run_at=later, origin="here"),
+    ]
+
+
+def test_a_compiled_claim_reads_the_rows_connection_execute_reads(database, path):
+    app = database.app()
+    engine = app.create_engine()
+    ids = _enqueue_three(app, engine)
+    with engine.connect() as conn, conn.begin():
+        queue_engine = app.queue_engine(conn)
+        stmt = queue_engine.runnable()
+        params = {"queue": "default", "limit": 10}
+        expected = [tuple(row)[:-1] for row in conn.execute(stmt, params).all()]
+        compiled = queue_engine.compiled(stmt)
+        got = [tuple(compiled.process(row))[:-1] for row in compiled.raw_rows(conn, params)]
+    engine.dispose()
+    assert sorted(row[0] for row in got) == sorted(ids)
+    assert got == expected
+    payloads = {row[0]: row[3] for row in got}
+    assert payloads[ids[0]] == {"n": 1, "text": "é\"'\\"}
+    assert payloads[ids[1]] is None and payloads[ids[2]] == [1, 2.5, None]
+    run_at = next(row[7] for row in got if row[0] == ids[2])
+    assert run_at.tzinfo is dt.timezone.utc
+
+
+def test_a_compiled_statement_returns_the_rowcount_and_fires_cursor_events(database, path):
+    app = database.app()
+    engine = app.create_engine()
+    ids = _enqueue_three(app, engine)
+    sent: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute", lambda *args: sent.append(args[2]))
+    jobs = app.tables.jobs.c
+    stmt = (
+        sa.update(app.tables.jobs)
+        .where(jobs.id.in_([sa.bindparam("first"), sa.bindparam("second")]))
+        .values(status=Status.SUCCEEDED, message=sa.bindparam("note"))
+    )
+    with engine.connect() as conn, conn.begin():
+        compiled = CompiledStatement(stmt, conn.dialect)
+        changed = compiled.rowcount(conn, {"first": ids[0], "second": ids[2], "note": "x"})
+    rows = {row["id"]: (row["status"], row["message"]) for row in database.jobs()}
+    engine.dispose()
+    assert changed == 2
+    assert rows[ids[0]] == rows[ids[2]] == ("succeeded", "x")
+    assert rows[ids[1]] == ("available", None)
+    assert compiled.sql in sent
+
+
+def test_a_statement_with_an_expanding_in_is_refused(database):
+    app = database.app()
+    jobs = app.tables.jobs.c
+    stmt = sa.select(jobs.id).where(jobs.id.in_(sa.bindparam("ids", expanding=True)))
+    with pytest.raises(ValueError, match="expanding IN"):
+        CompiledStatement(stmt, app.create_engine().dialect)
+
+
+@pytest.mark.parametrize("backend", ["postgresql-skip_locked", "mysql-skip_locked"], indirect=True)
+def test_a_lost_connection_is_invalidated_and_raised_as_sqlalchemy_error(backend, path):
+    app = backend.app()
+    engine = app.create_engine()
+    with engine.connect() as conn:
+        conn.begin()
+        queue_engine = app.queue_engine(conn)
+        compiled = queue_engine.compiled(queue_engine.runnable())
+        assert queue_engine.dialect.end_connection(engine, conn.connection.dbapi_connection)
+        with pytest.raises(sa.exc.DBAPIError) as raised:
+            compiled.raw_rows(conn, {"queue": "default", "limit": 10})
+        assert raised.value.connection_invalidated
+        assert conn.invalidated
+    engine.dispose()
