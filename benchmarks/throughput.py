@@ -1,13 +1,14 @@
 """W1 — throughput: enqueue 20,000 no-op jobs, then one worker process drains them.
 
     python -m benchmarks.throughput postgresql|mariadb|sqlite [--jobs 20000] [--single 2000]
-        [--chunk 1000] [--concurrency 4] [--batch-size 10] [--strategy NAME]
+        [--chunk 1000] [--concurrency 4] [--batch-size 10] [--strategy NAME] [--rounds 3]
 
 Enqueue: the first ``single`` jobs one per transaction on one connection (``app.enqueue``), the
 rest with ``app.enqueue_many``, ``chunk`` jobs per call and transaction. Processing: one worker
 process (``benchmarks.worker_proc``, ``--burst``) with ``concurrency`` threads drains the table.
 The ceiling runs the same work as bare SQL through the same driver (``benchmarks.ceiling``), with
-the same concurrency and batch size, on the same freshly filled table.
+the same concurrency and batch size, on the same freshly filled table. Each of ``rounds`` rounds
+measures dbqueue and then bare SQL; the figures are the medians.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -60,27 +62,30 @@ def bare_rows(n: int) -> list[tuple]:
     return rows
 
 
-def enqueue_with_dbqueue(app: Any, engine: sa.Engine, jobs: int, single: int, chunk: int) -> dict:
+def enqueue_single_with_dbqueue(app: Any, engine: sa.Engine, first: int, count: int) -> float:
+    """``app.enqueue`` one job per transaction on one connection; returns seconds."""
     started = time.perf_counter()
     with engine.connect() as conn:
-        for i in range(single):
+        for i in range(first, first + count):
             with conn.begin():
                 app.enqueue(conn, "noop", {"n": i})
-    single_seconds = time.perf_counter() - started
+    return time.perf_counter() - started
+
+
+def enqueue_many_with_dbqueue(
+    app: Any, engine: sa.Engine, first: int, last: int, chunk: int
+) -> float:
+    """``app.enqueue_many``, ``chunk`` jobs per call and transaction; returns seconds."""
     started = time.perf_counter()
     with engine.connect() as conn:
-        for first in range(single, jobs, chunk):
+        for start in range(first, last, chunk):
             batch = [
                 {"task": "noop", "payload": {"n": i}}
-                for i in range(first, min(jobs, first + chunk))
+                for i in range(start, min(last, start + chunk))
             ]
             with conn.begin():
                 app.enqueue_many(conn, batch)
-    bulk_seconds = time.perf_counter() - started
-    return {
-        "single_jobs_per_s": round(single / single_seconds),
-        "bulk_jobs_per_s": round((jobs - single) / bulk_seconds),
-    }
+    return time.perf_counter() - started
 
 
 def bulk_insert_bare(url: str, table: str, rows: list[tuple], chunk: int) -> float:
@@ -119,6 +124,12 @@ def bulk_insert_bare(url: str, table: str, rows: list[tuple], chunk: int) -> flo
         conn.close()
 
 
+def analyze(app: Any, engine: sa.Engine) -> None:
+    if engine.dialect.name == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text(f"ANALYZE {app.names.jobs}"))
+
+
 def run(
     database: str,
     jobs: int,
@@ -127,47 +138,61 @@ def run(
     concurrency: int,
     batch_size: int,
     strategy: str | None,
+    rounds: int = 3,
 ) -> dict[str, Any]:
+    """``rounds`` rounds, each measuring dbqueue and then the bare ceiling on the same freshly
+    emptied table: a 2-core machine shared with the database drifts by a third within minutes,
+    so figures are medians and each ratio compares measurements minutes apart, not a run apart."""
     url = URLS[database]
     app = fresh_app(url)
     engine = app.create_engine(pool_pre_ping=False)
     table = app.names.jobs
     rows = bare_rows(jobs)
+    rates: dict[str, list[float]] = {
+        k: [] for k in ("single", "bare_single", "bulk", "bare_bulk", "process", "bare_process")
+    }
+    options = ["--burst", "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
+    if strategy:
+        options += ["--strategy", strategy]
     try:
-        # Bare enqueue first (the ceiling), then dbqueue's on an emptied table.
-        bare_single = ceiling.enqueue_single(url, table, rows[:single])
-        empty(app, engine)
-        bare_bulk = bulk_insert_bare(url, table, rows[single:], chunk)
-        empty(app, engine)
-        enqueue = enqueue_with_dbqueue(app, engine, jobs, single, chunk)
-        empty(app, engine)
-        app.enqueue_many(engine, [{"task": "noop", "payload": {"n": i}} for i in range(jobs)])
-        if engine.dialect.name == "postgresql":
-            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                conn.execute(sa.text(f"ANALYZE {table}"))
-        options = ["--burst", "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
-        if strategy:
-            options += ["--strategy", strategy]
-        if strategy == "lock_server":
-            with lock_server(url) as server:
-                report = run_worker_process(url, "--lock-server", server, *options)
-        else:
-            report = run_worker_process(url, *options)
-        processed = report["succeeded"]
-        dbqueue_rate = processed / report["seconds"]
-        bare: dict[str, float] = {}
-        for size in sorted({1, batch_size}):
+        for _ in range(rounds):
+            empty(app, engine)
+            rates["bare_single"].append(single / ceiling.enqueue_single(url, table, rows[:single]))
+            empty(app, engine)
+            rates["single"].append(single / enqueue_single_with_dbqueue(app, engine, 0, single))
+            empty(app, engine)
+            bare_bulk = bulk_insert_bare(url, table, rows[single:], chunk)
+            rates["bare_bulk"].append((jobs - single) / bare_bulk)
+            empty(app, engine)
+            bulk = enqueue_many_with_dbqueue(app, engine, single, jobs, chunk)
+            rates["bulk"].append((jobs - single) / bulk)
+            empty(app, engine)
+            app.enqueue_many(engine, [{"task": "noop", "payload": {"n": i}} for i in range(jobs)])
+            analyze(app, engine)
+            if strategy == "lock_server":
+                with lock_server(url) as server:
+                    report = run_worker_process(url, "--lock-server", server, *options)
+            else:
+                report = run_worker_process(url, *options)
+            rates["process"].append(report["succeeded"] / report["seconds"])
             empty(app, engine)
             bulk_insert_bare(url, table, rows, chunk)
-            if engine.dialect.name == "postgresql":
-                with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                    conn.execute(sa.text(f"ANALYZE {table}"))
-            n, seconds = ceiling.drain(url, table, concurrency, size)
-            bare[str(size)] = round(n / seconds)
+            analyze(app, engine)
+            n, seconds = ceiling.drain(url, table, concurrency, batch_size)
+            rates["bare_process"].append(n / seconds)
+        bare_one = None
+        if batch_size != 1:  # for reference: the ceiling one job per round trip
+            empty(app, engine)
+            bulk_insert_bare(url, table, rows, chunk)
+            analyze(app, engine)
+            n, seconds = ceiling.drain(url, table, concurrency, 1)
+            bare_one = n / seconds
     finally:
         engine.dispose()
-    single_ceiling = single / bare_single
-    bulk_ceiling = (jobs - single) / bare_bulk
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    bare = {str(batch_size): round(med["bare_process"])}
+    if bare_one is not None:
+        bare = {"1": round(bare_one), **bare}
     return {
         "workload": "W1 throughput",
         "database": database,
@@ -178,16 +203,18 @@ def run(
         "chunk": chunk,
         "concurrency": concurrency,
         "batch_size": batch_size,
-        "enqueue_single_jobs_per_s": enqueue["single_jobs_per_s"],
-        "enqueue_single_ceiling_jobs_per_s": round(single_ceiling),
-        "enqueue_single_ratio": round(enqueue["single_jobs_per_s"] / single_ceiling, 2),
-        "enqueue_bulk_jobs_per_s": enqueue["bulk_jobs_per_s"],
-        "enqueue_bulk_ceiling_jobs_per_s": round(bulk_ceiling),
-        "enqueue_bulk_ratio": round(enqueue["bulk_jobs_per_s"] / bulk_ceiling, 2),
-        "processed": processed,
-        "process_jobs_per_s": round(dbqueue_rate),
+        "rounds": rounds,
+        "enqueue_single_jobs_per_s": round(med["single"]),
+        "enqueue_single_ceiling_jobs_per_s": round(med["bare_single"]),
+        "enqueue_single_ratio": round(med["single"] / med["bare_single"], 2),
+        "enqueue_bulk_jobs_per_s": round(med["bulk"]),
+        "enqueue_bulk_ceiling_jobs_per_s": round(med["bare_bulk"]),
+        "enqueue_bulk_ratio": round(med["bulk"] / med["bare_bulk"], 2),
+        "processed": jobs,
+        "process_jobs_per_s": round(med["process"]),
         "process_ceiling_jobs_per_s": bare,
-        "process_ratio": round(dbqueue_rate / bare[str(batch_size)], 2),
+        "process_ratio": round(med["process"] / med["bare_process"], 2),
+        "per_round": {k: [round(x) for x in v] for k, v in rates.items()},
     }
 
 
@@ -207,6 +234,8 @@ def describe(result: dict[str, Any]) -> str:
             f"  processing:                   {result['process_jobs_per_s']:>8} jobs/s  "
             f"(bare claim+complete: {', '.join(f'batch {k}: {v}' for k, v in bare.items())}; "
             f"ratio {result['process_ratio']})",
+            f"  medians of {result['rounds']} rounds; per round: "
+            + "; ".join(f"{k} {v}" for k, v in result["per_round"].items()),
         ]
     )
 
@@ -220,6 +249,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--strategy")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     os.chdir(HERE.parent)
     result = run(
@@ -230,6 +260,7 @@ def main() -> None:
         args.concurrency,
         args.batch_size,
         args.strategy,
+        args.rounds,
     )
     print(machine())
     print(describe(result))
