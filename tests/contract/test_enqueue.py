@@ -164,6 +164,45 @@ def test_enqueue_many_with_mixed_options(backend):
     assert jobs["b"]["priority"] == 1 and jobs["c"]["queue"] == "q2"
 
 
+AWKWARD = ['"', "\\", '\\"', "{}", "a,b", "NULL", "null", " padded ", "é😀", "", "'; --"]
+
+
+def test_enqueue_many_stores_awkward_text_and_every_column_type_exactly(backend):
+    """Each column's values travel together (PostgreSQL: as one array literal per column), so
+    quoting characters, the word NULL, unicode, negative numbers and explicit times must come
+    back exactly as given, row by row."""
+    app = backend.app()
+    run_at = dt.datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=dt.timezone(dt.timedelta(hours=-3)))
+    specs = []
+    for i, text in enumerate(AWKWARD):
+        specs.append(
+            {
+                "task": f"awk{text}" if text.strip() else f"awk{i}",
+                "payload": {"text": text, "list": [text, None, i, -1.5], "flag": i % 3 == 0}
+                if i % 4
+                else None,
+                "external_key": text or None,
+                "origin": None if i % 2 else text,
+                "tenant": -(2**40) - i if i % 3 else None,
+                "priority": -i,
+                "run_at": run_at + dt.timedelta(seconds=i),
+            }
+        )
+    ids = app.enqueue_many(None, specs)
+    jobs = backend.jobs()
+    if ids:
+        assert ids == [j["id"] for j in jobs]
+    assert len(jobs) == len(specs)
+    for spec, job in zip(specs, jobs, strict=True):
+        assert job["task"] == spec["task"]
+        assert job["payload"] == spec["payload"]
+        assert job["external_key"] == spec["external_key"]
+        assert job["origin"] == spec["origin"]
+        assert job["tenant"] == spec["tenant"]
+        assert job["priority"] == spec["priority"]
+        assert job["run_at"] == spec["run_at"]
+
+
 def test_enqueue_many_rolls_back_with_the_caller(backend):
     app = backend.app()
     with Session(app.engine) as session:
