@@ -166,11 +166,30 @@ class QueueEngine:
 
     def insert(self, conn: Connection, job: NewJob) -> int:
         row = job.values()
-        if job.timing == "delay":
+        timing = job.timing
+        if timing == "delay":
             row["delay_seconds"] = float(job.delay or 0)
+        if self.dialect.returns_inserted_ids and conn.dialect.insert_returning:
+            # Precompiled per set of columns: most of an enqueue's own CPU was SQLAlchemy's
+            # execution and result layers around one INSERT … RETURNING id.
+            columns = tuple(row)
+            stmt = self.statement(
+                f"insert:{timing}:returning:{','.join(columns)}",
+                lambda: self._build_insert_returning(columns, timing),
+            )
+            with self.translate_errors():
+                return int(self.compiled(stmt).raw_rows(conn, row)[0][0])
         with self.translate_errors():
-            result = conn.execute(self._insert_statement(job.timing), row)
+            result = conn.execute(self._insert_statement(timing), row)
         return int(result.inserted_primary_key[0])
+
+    def _build_insert_returning(self, columns: tuple[str, ...], timing: str) -> sa.Insert:
+        values = {
+            name: sa.bindparam(name, type_=self.jobs.c[name].type)
+            for name in columns
+            if name != "delay_seconds"
+        }
+        return self._insert_statement(timing).values(values).returning(self.jobs.c.id)
 
     def insert_finished(self, conn: Connection, job: NewJob, message: str) -> int:
         """Insert a row that is finished from the start (a publication's own record): no
