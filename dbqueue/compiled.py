@@ -1,10 +1,11 @@
-"""The worker's two hot statements, compiled once and run on the DBAPI cursor.
+"""The hot statements (a worker's claim and batch completion, a one-job enqueue), compiled once
+and run on the DBAPI cursor.
 
 Why: a no-op job costs the worker less than its share of SQLAlchemy's per-execution work
 (compiled-cache lookup, parameter processing, result metadata, Row objects), and a worker's
 threads share one GIL, so that CPU is throughput. Measured on PostgreSQL with batches of 10:
 claim and complete through ``Connection.execute`` cost 46 µs of worker CPU per job, through
-this path 29 µs.
+this path 29 µs; a one-job enqueue's client CPU goes from 210 to 120 µs.
 
 What stays SQLAlchemy's: the statement is a Core construct compiled by the connection's own
 dialect; bind and result processing use the column types' own processors; the cursor comes
