@@ -85,6 +85,14 @@ class CompiledStatement:
         finally:
             cursor.close()
 
+    def lastrowid(self, conn: Connection, params: Mapping[str, Any]) -> Any:
+        """Execute an INSERT; the id the driver reports for its row."""
+        cursor = _execute(conn, self.sql, self.parameters(params))
+        try:
+            return cursor.lastrowid
+        finally:
+            cursor.close()
+
 
 def _execute(conn: Connection, sql: str, parameters: Any) -> Any:
     """Run ``sql`` on a new cursor of ``conn``'s DBAPI connection; returns the cursor.
@@ -111,6 +119,7 @@ class _ResultCursor:
     def __init__(self, result: sa.CursorResult[Any]) -> None:
         self.result = result
         self.rowcount = result.rowcount
+        self.lastrowid = result.lastrowid
 
     def fetchall(self) -> list[Any]:
         return list(self.result.fetchall())

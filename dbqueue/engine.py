@@ -169,13 +169,22 @@ class QueueEngine:
         timing = job.timing
         if timing == "delay":
             row["delay_seconds"] = float(job.delay or 0)
+        # Precompiled per set of columns: most of an enqueue's own CPU was SQLAlchemy's
+        # execution and result layers around one INSERT. The id comes the way SQLAlchemy would
+        # take it: the driver's lastrowid (MySQL, SQLite: no result set to parse), else
+        # RETURNING.
+        columns = tuple(row)
+        if conn.dialect.postfetch_lastrowid:
+            stmt = self.statement(
+                f"insert:{timing}:{','.join(columns)}",
+                lambda: self._build_insert(columns, timing),
+            )
+            with self.translate_errors():
+                return int(self.compiled(stmt).lastrowid(conn, row))
         if self.dialect.returns_inserted_ids and conn.dialect.insert_returning:
-            # Precompiled per set of columns: most of an enqueue's own CPU was SQLAlchemy's
-            # execution and result layers around one INSERT … RETURNING id.
-            columns = tuple(row)
             stmt = self.statement(
                 f"insert:{timing}:returning:{','.join(columns)}",
-                lambda: self._build_insert_returning(columns, timing),
+                lambda: self._build_insert(columns, timing).returning(self.jobs.c.id),
             )
             with self.translate_errors():
                 return int(self.compiled(stmt).raw_rows(conn, row)[0][0])
@@ -183,13 +192,13 @@ class QueueEngine:
             result = conn.execute(self._insert_statement(timing), row)
         return int(result.inserted_primary_key[0])
 
-    def _build_insert_returning(self, columns: tuple[str, ...], timing: str) -> sa.Insert:
+    def _build_insert(self, columns: tuple[str, ...], timing: str) -> sa.Insert:
         values = {
             name: sa.bindparam(name, type_=self.jobs.c[name].type)
             for name in columns
             if name != "delay_seconds"
         }
-        return self._insert_statement(timing).values(values).returning(self.jobs.c.id)
+        return self._insert_statement(timing).values(values)
 
     def insert_finished(self, conn: Connection, job: NewJob, message: str) -> int:
         """Insert a row that is finished from the start (a publication's own record): no
@@ -321,7 +330,7 @@ class QueueEngine:
     def _build_runnable(self) -> sa.Select:
         j = self.jobs
         return (
-            sa.select(*self._job_columns, self.db_now().label("started_at"))
+            sa.select(*self._claim_columns(), self.db_now().label("started_at"))
             .where(
                 j.c.status == Status.AVAILABLE,
                 j.c.queue == sa.bindparam("queue", type_=j.c.queue.type),
@@ -330,6 +339,12 @@ class QueueEngine:
             .order_by(*self._claim_order)
             .limit(sa.bindparam("limit", type_=sa.Integer()))
         )
+
+    def _claim_columns(self) -> list[sa.ColumnElement]:
+        return [
+            self.dialect.payload_read(column) if column.name == "payload" else column
+            for column in self._job_columns
+        ]
 
     def fetch_jobs(
         self, conn: Connection, stmt: sa.Select, queue: str, limit: int, attempt_increment: int

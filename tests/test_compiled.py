@@ -97,3 +97,15 @@ def test_a_lost_connection_is_invalidated_and_raised_as_sqlalchemy_error(backend
         assert raised.value.connection_invalidated
         assert conn.invalidated
     engine.dispose()
+
+
+def test_a_precompiled_enqueue_returns_the_id_of_its_row(database, path):
+    app = database.app()
+    engine = app.create_engine()
+    with engine.connect() as conn, conn.begin():
+        first = app.enqueue(conn, "first", {"n": 1})
+        delayed = app.enqueue(conn, "delayed", {"n": 2}, delay=60, external_key="k")
+    engine.dispose()
+    assert delayed > first
+    assert app.get_job(first)["task"] == "first"
+    assert (app.get_job(delayed)["task"], app.get_job(delayed)["external_key"]) == ("delayed", "k")

@@ -97,6 +97,10 @@ class Dialect(abc.ABC):
         such as ``status = 'running'`` next to ``id IN (…)``, which must not steer the plan."""
         return column
 
+    def payload_read(self, column: sa.ColumnElement) -> ColumnElement:
+        """The payload column as a claim reads it (decoded by its type's result processing)."""
+        return column
+
     # ---- named locks (connection-scoped; only when supports_named_locks) ---------------------
     def try_lock(self, name: str) -> ColumnElement:
         """Expression taking the named lock without waiting; true when it was taken."""
