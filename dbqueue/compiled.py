@@ -61,11 +61,7 @@ class CompiledStatement:
 
     def raw_rows(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
         """Execute and fetch every row as the driver returns it (see ``process``)."""
-        cursor = _execute(conn, self.sql, self.parameters(params))
-        try:
-            return cursor.fetchall()
-        finally:
-            cursor.close()
+        return self._run(conn, params, lambda cursor: cursor.fetchall())
 
     def process(self, row: Any) -> Any:
         """One fetched row with its columns' result processing applied: what
@@ -79,17 +75,16 @@ class CompiledStatement:
 
     def rowcount(self, conn: Connection, params: Mapping[str, Any]) -> int:
         """Execute a statement that returns no rows; how many rows it matched."""
-        cursor = _execute(conn, self.sql, self.parameters(params))
-        try:
-            return cursor.rowcount
-        finally:
-            cursor.close()
+        return self._run(conn, params, lambda cursor: cursor.rowcount)
 
     def lastrowid(self, conn: Connection, params: Mapping[str, Any]) -> Any:
         """Execute an INSERT; the id the driver reports for its row."""
+        return self._run(conn, params, lambda cursor: cursor.lastrowid)
+
+    def _run(self, conn: Connection, params: Mapping[str, Any], read: Callable[[Any], Any]) -> Any:
         cursor = _execute(conn, self.sql, self.parameters(params))
         try:
-            return cursor.lastrowid
+            return read(cursor)
         finally:
             cursor.close()
 
