@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -11,27 +9,6 @@ from support.backends import effects
 
 import dbqueue
 from dbqueue import DeadSubscriber, QueueClient, Subscriber, WorkerPubSubBase
-
-
-def drain(backend, app, rounds: int = 60, **options):
-    """Run burst workers until no job waits (retries are scheduled a moment later)."""
-    pending = []
-    for _ in range(rounds):
-        backend.run_worker(app, **options)
-        pending = [j for j in backend.jobs() if j["status"] in ("available", "running")]
-        if not pending:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"queue did not drain: {pending}")
-
-
-def deliveries(backend, publication_id: int) -> dict[str, dict]:
-    """The live (not dead-letter) jobs of one publication, by subscription id."""
-    return {
-        j["subscription_id"]: j
-        for j in backend.jobs()
-        if j["publication_id"] == publication_id and not j["dead"]
-    }
 
 
 def test_one_failing_subscriber_never_reruns_or_blocks_another(backend):
@@ -59,7 +36,7 @@ def test_one_failing_subscriber_never_reruns_or_blocks_another(backend):
         return "ticket opened"
 
     publication_id = app.publish(None, "order.paid", {"order": 42}, tenant=7)
-    drain(backend, app)
+    backend.drain(app)
 
     jobs = {j["id"]: j for j in backend.jobs()}
     record = jobs[publication_id]
@@ -68,7 +45,7 @@ def test_one_failing_subscriber_never_reruns_or_blocks_another(backend):
     assert record["message"] == "published to 2 subscription(s): erp, index"
     assert record["finished_at"] is not None
 
-    live = deliveries(backend, publication_id)
+    live = backend.deliveries(publication_id)
     assert set(live) == {"index", "erp"}
     index, erp = live["index"], live["erp"]
     assert (index["status"], index["attempt"], index["message"]) == (
@@ -123,7 +100,7 @@ def test_tenant_and_business_group_filters_route_publications(backend):
         publication_id = app.publish(
             None, "invoice.issued", {"t": tenant, "g": group}, tenant=tenant, business_group=group
         )
-        reached = deliveries(backend, publication_id)
+        reached = backend.deliveries(publication_id)
         assert sorted(reached) == expected, (tenant, group)
         assert all(j["tenant"] == tenant for j in reached.values())
         assert all(j["business_group"] == group for j in reached.values())
@@ -143,13 +120,13 @@ def test_inactive_subscriptions_get_nothing(backend):
         app.subscriber("stock.low", name)(lambda job, session: seen.append(job.subscription_id))
 
     publication_id = app.publish(None, "stock.low", {"sku": "X"})
-    assert sorted(deliveries(backend, publication_id)) == ["on"]
+    assert sorted(backend.deliveries(publication_id)) == ["on"]
     backend.run_worker(app)
     assert seen == ["on"]
 
     app.enable_subscription(None, "off")
     publication_id = app.publish(None, "stock.low", {"sku": "Y"})
-    assert sorted(deliveries(backend, publication_id)) == ["off", "on"]
+    assert sorted(backend.deliveries(publication_id)) == ["off", "on"]
     assert [s.id for s in app.subscriptions("stock.low", active=False)] == ["born_off"]
 
 
@@ -190,7 +167,7 @@ def test_publish_commits_or_rolls_back_with_the_callers_transaction(backend):
     with Session(app.engine) as session, session.begin():
         session.execute(effects.insert().values(job_id=2, note="the order"))
         publication_id = app.publish(session, "order.created", {"order": 2})
-    assert sorted(deliveries(backend, publication_id)) == ["s1", "s2"]
+    assert sorted(backend.deliveries(publication_id)) == ["s1", "s2"]
     assert len(backend.jobs()) == 3 and backend.effect_ids() == [2]
 
     with app.engine.connect() as conn:
@@ -214,7 +191,7 @@ def test_subscriber_options_and_explicit_publish_options(backend):
         return f"{job.queue}:{job.priority}"
 
     publication_id = app.publish(None, "report.requested", {}, external_key="r-1", origin="web")
-    reached = deliveries(backend, publication_id)
+    reached = backend.deliveries(publication_id)
     assert (reached["slow_lane"]["queue"], reached["slow_lane"]["priority"]) == ("reports", 5)
     assert reached["slow_lane"]["max_attempts"] == 2
     assert (reached["plain"]["queue"], reached["plain"]["priority"]) == ("default", 50)
@@ -224,17 +201,17 @@ def test_subscriber_options_and_explicit_publish_options(backend):
 
     # Registered queues are consumed by default; explicit options beat registered ones.
     backend.run_worker(app)
-    finished = deliveries(backend, publication_id)
+    finished = backend.deliveries(publication_id)
     assert finished["slow_lane"]["message"] == "reports:5"
     assert finished["plain"]["message"] == "default:50"
 
     explicit = app.publish(None, "report.requested", {}, queue="urgent", priority=1)
-    assert {(j["queue"], j["priority"]) for j in deliveries(backend, explicit).values()} == {
+    assert {(j["queue"], j["priority"]) for j in backend.deliveries(explicit).values()} == {
         ("urgent", 1)
     }
 
     delayed = app.publish(None, "report.requested", {}, delay=3600)
-    reached = deliveries(backend, delayed)
+    reached = backend.deliveries(delayed)
     assert all((j["run_at"] - j["created_at"]).total_seconds() > 3500 for j in reached.values())
     assert backend.run_worker(app, queues=["reports", "default"]).processed == 0
 
@@ -245,7 +222,7 @@ def test_a_delivery_nobody_handles_fails_with_a_clear_message(backend):
 
     publication_id = app.publish(None, "user.deleted", {"user": 5})
     backend.run_worker(app)
-    job = deliveries(backend, publication_id)["forgotten"]
+    job = backend.deliveries(publication_id)["forgotten"]
     assert (job["status"], job["attempt"]) == ("available", 1)  # retried later, not dropped
     assert "no subscriber is registered for subscription 'forgotten'" in job["message"]
     assert "@app.subscriber('user.deleted', 'forgotten')" in job["message"]
@@ -300,9 +277,9 @@ def test_seed_pub_sub_worker_and_queue_client(backend):
         publication_id = client.insert_task_pub_sub(
             "origem", "destino", "processo_teste", "chave-1", {"msg": "olá"}, tenant=1
         )
-    drain(backend, worker.app)
+    backend.drain(worker.app)
 
-    reached = deliveries(backend, publication_id)
+    reached = backend.deliveries(publication_id)
     assert reached["teste"]["status"] == "succeeded" and reached["teste"]["message"] == "ok"
     assert reached["quebrado"]["status"] == "dead"
     assert reached["teste"]["origin"] == "origem" and reached["teste"]["external_key"] == "chave-1"
@@ -329,4 +306,4 @@ def test_plain_sql_subscriptions_are_honoured(backend):
 
     publication_id = app.publish(None, "by.sql", {})
     backend.run_worker(app)
-    assert deliveries(backend, publication_id)["sql_made"]["message"] == "via sql"
+    assert backend.deliveries(publication_id)["sql_made"]["message"] == "via sql"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from support.backends import effects
 
@@ -88,23 +86,12 @@ def test_retried_job_eventually_succeeds(backend):
         return "finally"
 
     job_id = app.enqueue(None, "third_time_lucky", {})
-    drain(backend, app)
+    backend.drain(app, rounds=50)
     job = app.get_job(job_id)
     assert attempts == [1, 2, 3]
     assert (job["status"], job["attempt"], job["message"]) == ("succeeded", 3, "finally")
     assert job["previous_message"].startswith("RuntimeError: not yet")
     assert backend.effect_ids() == [job_id]  # only the successful attempt's write remains
-
-
-def drain(backend, app, rounds: int = 50):
-    """Run burst workers until no job waits (retries are scheduled a moment later)."""
-    for _ in range(rounds):
-        backend.run_worker(app)
-        pending = [j for j in backend.jobs() if j["status"] in ("available", "running")]
-        if not pending:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"queue did not drain: {pending}")
 
 
 def test_exhausted_job_is_dead_and_its_dead_handler_runs_with_the_live_id(backend):
@@ -122,7 +109,7 @@ def test_exhausted_job_is_dead_and_its_dead_handler_runs_with_the_live_id(backen
         return "compensated"
 
     live_id = app.enqueue(None, "doomed", {"order": 9}, tenant=4, external_key="k9")
-    drain(backend, app)
+    backend.drain(app, rounds=50)
     jobs = {j["id"]: j for j in backend.jobs()}
     live = jobs[live_id]
     assert (live["status"], live["attempt"], live["dead"]) == ("dead", 2, False)
@@ -161,7 +148,7 @@ def test_a_failing_dead_handler_retries_then_dies_without_recursion(backend):
         raise ValueError("dead handler fails too")
 
     app.enqueue(None, "doomed", {})
-    drain(backend, app)
+    backend.drain(app, rounds=50)
     jobs = backend.jobs()
     assert len(jobs) == 2
     assert all(j["status"] == "dead" and j["attempt"] == 2 for j in jobs)

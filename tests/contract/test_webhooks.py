@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -31,25 +30,6 @@ def server() -> Iterator[RecordingServer]:
         yield http
     finally:
         http.close()
-
-
-def drain(backend, app, rounds: int = 60):
-    pending = []
-    for _ in range(rounds):
-        backend.run_worker(app)
-        pending = [j for j in backend.jobs() if j["status"] in ("available", "running")]
-        if not pending:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"queue did not drain: {pending}")
-
-
-def deliveries(backend, publication_id: int) -> dict[str, dict]:
-    return {
-        j["subscription_id"]: j
-        for j in backend.jobs()
-        if j["publication_id"] == publication_id and not j["dead"]
-    }
 
 
 def make_due(app, job_id: int) -> None:
@@ -92,7 +72,7 @@ def test_webhooks_arrive_with_the_configured_method_headers_and_body(backend, se
     publication_id = app.publish(None, "order.paid", payload, tenant=3)
     backend.run_worker(app)
 
-    reached = deliveries(backend, publication_id)
+    reached = backend.deliveries(publication_id)
     assert {k: j["status"] for k, j in reached.items()} == dict.fromkeys(reached, "succeeded")
     assert reached["code_sub"]["message"] == "code ran, no HTTP"
     by_method = {r.method: r for r in server.requests}
@@ -153,7 +133,7 @@ def test_500_timeout_and_closed_port_are_failed_attempts_retried_then_dead(backe
         app.run_worker(
             strategy=backend.strategy, burst=True, install_signal_handlers=False, max_jobs=3
         )
-        first = deliveries(backend, publication_id)
+        first = backend.deliveries(publication_id)
         assert {k: (j["status"], j["attempt"]) for k, j in first.items()} == {
             "erroring": ("available", 1),
             "slow": ("available", 1),
@@ -177,8 +157,8 @@ def test_500_timeout_and_closed_port_are_failed_attempts_retried_then_dead(backe
         assert all(j["previous_status"] == "failed" for j in first.values())
         assert len(server.received("/fail")) == len(server.received("/slow")) == 1
 
-        drain(backend, app)
-    final = deliveries(backend, publication_id)
+        backend.drain(app)
+    final = backend.deliveries(publication_id)
     assert {k: (j["status"], j["attempt"]) for k, j in final.items()} == {
         "erroring": ("dead", 2),
         "slow": ("dead", 2),
@@ -202,14 +182,14 @@ def test_publish_webhook_reaches_only_webhook_subscriptions(database, server):
     app.add_subscription(None, "hook_t2", "stock.low", url=server.url("/ok"), tenant=2)
 
     publication_id = app.publish_webhook(None, "stock.low", {"sku": "A"}, tenant=1)
-    assert sorted(deliveries(database, publication_id)) == ["hook"]
+    assert sorted(database.deliveries(publication_id)) == ["hook"]
     assert app.get_job(publication_id)["message"] == "published to 1 webhook subscription(s): hook"
 
     with app.engine.connect() as conn, conn.begin():
         seed = QueueClient(conn, app=app).insert_task_webhook(
             "erp", "crm", "stock.low", "sku-B", {"sku": "B"}, tenant=2, grupo_empresarial="g"
         )
-    assert sorted(deliveries(database, seed)) == ["hook", "hook_t2"]
+    assert sorted(database.deliveries(seed)) == ["hook", "hook_t2"]
 
     nobody = app.publish_webhook(None, "no.hooks.here", {})
     assert app.get_job(nobody)["message"] == (
@@ -224,7 +204,7 @@ def test_only_the_first_bytes_of_a_large_answer_are_read(database, server):
     app.add_subscription(None, "huge", "report.ready", url=server.url("/huge"))
     publication_id = app.publish(None, "report.ready", {})
     database.run_worker(app)
-    job = deliveries(database, publication_id)["huge"]
+    job = database.deliveries(publication_id)["huge"]
     assert job["status"] == "succeeded"
     assert f"[only the first {DEFAULT_MAX_RESPONSE_BYTES} bytes were read]" in job["message"]
     assert len(job["message"]) < 1500
@@ -237,7 +217,7 @@ def test_redirects_are_not_followed(database, server):
     )
     publication_id = app.publish(None, "user.created", {})
     database.run_worker(app)
-    job = deliveries(database, publication_id)["moved"]
+    job = database.deliveries(publication_id)["moved"]
     assert (job["status"], job["attempt"]) == ("available", 1)
     assert "answered 302 Found" in job["message"]
     assert "redirects are not followed" in job["message"]
@@ -251,7 +231,7 @@ def test_a_disabled_subscription_holds_its_pending_deliveries(database, server):
     app.disable_subscription(None, "paused")
 
     database.run_worker(app)
-    job = deliveries(database, publication_id)["paused"]
+    job = database.deliveries(publication_id)["paused"]
     assert (job["status"], job["attempt"]) == ("available", 1)
     assert job["message"].startswith("subscription 'paused' is disabled: not called")
     assert server.requests == []
@@ -259,7 +239,7 @@ def test_a_disabled_subscription_holds_its_pending_deliveries(database, server):
     app.enable_subscription(None, "paused")
     make_due(app, job["id"])
     database.run_worker(app)
-    job = deliveries(database, publication_id)["paused"]
+    job = database.deliveries(publication_id)["paused"]
     assert (job["status"], job["attempt"]) == ("succeeded", 2)
     assert [json.loads(r.body) for r in server.requests] == [{"order": 5}]
 
@@ -277,10 +257,10 @@ def test_the_subscription_row_is_read_when_the_delivery_runs(database, server):
             )
 
     def attempt() -> dict:
-        job = deliveries(database, publication_id)["fixable"]
+        job = database.deliveries(publication_id)["fixable"]
         make_due(app, job["id"])
         database.run_worker(app)
-        return deliveries(database, publication_id)["fixable"]
+        return database.deliveries(publication_id)["fixable"]
 
     job = attempt()
     assert "cannot connect" in job["message"] and job["attempt"] == 1
@@ -306,7 +286,7 @@ def test_the_subscription_row_is_read_when_the_delivery_runs(database, server):
     with app.engine.begin() as conn:
         conn.execute(sa.delete(subscriptions).where(subscriptions.c.id == "gone"))
     database.run_worker(app)
-    job = deliveries(database, second)["gone"]
+    job = database.deliveries(second)["gone"]
     assert job["status"] == "available"
     assert job["message"].startswith("subscription 'gone' (topic 'invoice.due') no longer exists")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,25 @@ class Backend:
         options.setdefault("poll_interval", 0.02)
         options.setdefault("install_signal_handlers", False)
         return app.run_worker(strategy=self.strategy, **options)
+
+    def drain(self, app: dbqueue.App, rounds: int = 60, **options: Any) -> None:
+        """Run burst workers until no job waits (retries are scheduled a moment later)."""
+        pending: list[dict[str, Any]] = []
+        for _ in range(rounds):
+            self.run_worker(app, **options)
+            pending = [j for j in self.jobs() if j["status"] in ("available", "running")]
+            if not pending:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"queue did not drain: {pending}")
+
+    def deliveries(self, publication_id: int) -> dict[str, dict[str, Any]]:
+        """The live (not dead-letter) jobs of one publication, by subscription id."""
+        return {
+            j["subscription_id"]: j
+            for j in self.jobs()
+            if j["publication_id"] == publication_id and not j["dead"]
+        }
 
     def engine(self) -> sa.Engine:
         return self.app().create_engine()
