@@ -148,7 +148,6 @@ class QueueEngine:
         self._statements: dict[str, Any] = {}
         #: id(statement) -> (statement, its CompiledStatement); the statement is kept alive.
         self._compiled: dict[int, tuple[Any, CompiledStatement]] = {}
-        self.sa_dialect = dialect.sa_dialect
 
     # ---- enqueue ------------------------------------------------------------------------------
     def _insert_statement(self, timing: str) -> sa.Insert:
@@ -313,7 +312,10 @@ class QueueEngine:
         """``stmt`` (one of the statements above, built once) compiled for the hot path."""
         found = self._compiled.get(id(stmt))
         if found is None:
-            found = self._compiled[id(stmt)] = (stmt, CompiledStatement(stmt, self.sa_dialect))
+            found = self._compiled[id(stmt)] = (
+                stmt,
+                CompiledStatement(stmt, self.dialect.sa_dialect),
+            )
         return found[1]
 
     def runnable(self, queue: str | None = None, limit: int | None = None) -> sa.Select:
