@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -21,16 +23,17 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from . import dialects
+from .config import Settings
 from .engine import QueueEngine
-from .errors import DbqueueError
+from .errors import ConfigurationError, DbqueueError
 from .job import Status
 from .locks import job_lock_name, routine_lock_name
-from .retry import retry_delay
 from .strategies import ClaimStrategy
 from .wakeup import Notifier
 
 if TYPE_CHECKING:
-    from .app import App
+    from .runtime import RuntimeContext
 
 log = logging.getLogger("dbqueue.maintenance")
 
@@ -50,6 +53,21 @@ class MaintenanceSettings:
     #: Length of a tick; 60 makes the minute lists mean clock minutes. Tests shorten it.
     tick_seconds: float = 60.0
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> MaintenanceSettings:
+        """The configured schedules and retention, the defaults where none is set."""
+        s, defaults = settings, cls()
+        return cls(
+            rescue_minutes=s.rescue_minutes or defaults.rescue_minutes,
+            purge_minutes=s.purge_minutes or defaults.purge_minutes,
+            notify_minutes=s.notify_minutes or defaults.notify_minutes,
+            purge_max_age_days=defaults.purge_max_age_days
+            if s.purge_max_age_days is None
+            else s.purge_max_age_days,
+            purge_limit=s.purge_limit or defaults.purge_limit,
+            tick_seconds=s.maintenance_tick or defaults.tick_seconds,
+        )
+
 
 @dataclass(frozen=True)
 class Routine:
@@ -61,14 +79,14 @@ class Routine:
 class Maintenance:
     def __init__(
         self,
-        app: App,
+        context: RuntimeContext,
         engine: Engine,
         strategy: ClaimStrategy,
         notifier: Notifier,
         settings: MaintenanceSettings,
         worker_id: str,
     ) -> None:
-        self.app = app
+        self.context = context
         self.engine = engine
         self.strategy = strategy
         self.notifier = notifier
@@ -130,7 +148,7 @@ class Maintenance:
         routine = self.routines[name]
         when = dt.datetime.fromtimestamp(tick, dt.timezone.utc)
         with self.engine.connect() as conn:
-            engine = self.app.queue_engine(conn)
+            engine = self.context.queue_engine(conn)
             with conn.begin():
                 won = engine.claim_tick(conn, name, when, self.worker_id)
             if not won:
@@ -194,18 +212,16 @@ class Maintenance:
         rescued: list[int] = []
         try:
             for job in orphans:
-                backoff = self.app.registry.backoff_for(job) or self.app.backoff
                 with conn.begin():
-                    failed = engine.fail(
+                    failed, _ = self.context.retry_policy.fail(
                         conn,
+                        engine,
                         job,
                         f"the worker running this job ({job.worker_id}) died: its lock was "
                         f"released before the job finished; rescued by {self.worker_id}",
-                        retry_in=retry_delay(job.attempt, job.max_attempts, backoff),
                         attempt_increment=0,
                         expected_status=Status.RUNNING,
                         worker_id=self.worker_id,
-                        dead_letter=self.app.registry.has_dead_handler(job),
                     )
                 if failed.changed:  # else it finished (or was given back) since it was listed
                     rescued.append(job.id)
@@ -225,6 +241,37 @@ class Maintenance:
             queues = engine.runnable_queues(conn)
             sent = self.notifier.notify(conn, queues)
         return f"notified {sent} queue(s): {', '.join(queues)}" if queues else "nothing runnable"
+
+
+ROUTINES = ("purge", "rescue", "renotify")
+
+
+def run_once(context: RuntimeContext, routine: str) -> str:
+    """Run one routine now, as the workers' leader would, recording it; returns what it did.
+    The context's strategy decides which locks tell a live worker from a dead one."""
+    if routine not in ROUTINES:
+        raise ConfigurationError(
+            f"unknown maintenance routine {routine!r}: choose purge, rescue or renotify"
+        )
+    engine = context.create_engine(execution_options={dialects.WRITE_INTENT: True})
+    claim = None
+    try:
+        # The worker's start-up checks: a missing or outdated schema says "run dbqueue migrate".
+        claim = context.open_strategy(context.check_database(engine))
+        name = f"{socket.gethostname()}:{os.getpid()}:manual"
+        maintenance = Maintenance(
+            context,
+            engine,
+            claim,
+            context.notifier(claim, engine),
+            context.maintenance_settings,
+            name,
+        )
+        return maintenance.run_now(routine)
+    finally:
+        if claim is not None:
+            claim.close()
+        engine.dispose()
 
 
 def _first_line(exc: BaseException | None) -> str:

@@ -8,9 +8,13 @@ so several queues in one database, and the application's own Alembic history, ne
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +23,13 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.script.revision import ResolutionError, RevisionError
+from alembic.util import CommandError
 from sqlalchemy.engine import Connection, Engine
 
 from . import dialects
-from .config import Settings, resolve_url
-from .errors import SchemaMissingError
+from .config import Settings, parse_url
+from .errors import ConfigurationError, SchemaMissingError
 from .schema import TableNames, tables_for
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -43,51 +49,167 @@ def head_revision() -> str:
     return heads[0]
 
 
-def upgrade(bind: Engine | Connection, names: TableNames, revision: str = "head") -> None:
-    _run(command.upgrade, bind, names, revision)
+def known_revisions() -> list[str]:
+    """Every revision, oldest first."""
+    script = ScriptDirectory(str(MIGRATIONS_DIR))
+    return [r.revision for r in reversed(list(script.walk_revisions()))]
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What ``upgrade`` / ``downgrade`` did: the revision before and after (None: none)."""
+
+    before: str | None
+    after: str | None
+
+
+def upgrade(bind: Engine | Connection, names: TableNames, revision: str = "head") -> Migrated:
+    """Upgrade to ``revision``; refuses, before any DDL, an unknown revision and queue tables
+    that exist without a recorded migration (created by hand, or by another tool)."""
+    with _connection(bind) as conn:
+        current = _checked_current(conn, names, revision)
+        if current is None:
+            _refuse_unrecorded_tables(conn, names)
+        return _run(command.upgrade, conn, names, revision, current)
 
 
 def upgrade_sql(url: str, names: TableNames, revision: str = "head") -> str:
     """The SQL ``upgrade`` would run on a database of ``url``'s kind, without connecting
     (Alembic's offline mode): to review the DDL, or to hand it to a DBA."""
+    check_revision(revision)
     buffer = io.StringIO()
     cfg = alembic_config(names)
     cfg.output_buffer = buffer
     cfg.attributes["offline_url"] = url
-    command.upgrade(cfg, revision, sql=True)
+    try:
+        command.upgrade(cfg, revision, sql=True)
+    except CommandError as exc:
+        raise _command_error(exc, "upgrade", names, revision, None) from None
     return buffer.getvalue()
 
 
-def downgrade(bind: Engine | Connection, names: TableNames, revision: str = "base") -> None:
-    _run(command.downgrade, bind, names, revision)
+def downgrade(bind: Engine | Connection, names: TableNames, revision: str = "base") -> Migrated:
+    """Downgrade to ``revision`` (``base``: drop the tables). With no migration recorded,
+    downgrading to ``base`` has nothing to do; to anything else it is refused."""
+    with _connection(bind) as conn:
+        current = _checked_current(conn, names, revision)
+        if current is None:
+            if revision != "base":
+                raise SchemaMissingError(
+                    f"cannot downgrade to {revision}: no migration is recorded for the queue "
+                    f"tables {names.jobs!r}{_where(names)} (they do not exist): run "
+                    f"`dbqueue migrate {revision}` to create them at that migration"
+                )
+            return Migrated(None, None)
+        return _run(command.downgrade, conn, names, revision, current)
 
 
-def _run(step: Any, bind: Engine | Connection, names: TableNames, revision: str) -> None:
+#: Alembic's relative targets (``-1``, ``head-2``, ``+1``): resolved against the database.
+_RELATIVE = re.compile(r"(?:.+@)?\w*[+-]\d+\Z")
+
+
+def check_revision(revision: str) -> None:
+    """Refuse a revision dbqueue's migrations do not have, listing those they do."""
+    if revision in ("head", "heads", "base") or _RELATIVE.match(revision):
+        return
+    try:
+        ScriptDirectory(str(MIGRATIONS_DIR)).revision_map.get_revisions(revision)
+    except RevisionError:
+        raise _unknown_revision(revision) from None
+
+
+def _unknown_revision(revision: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"unknown migration revision {revision!r}: dbqueue's are {', '.join(known_revisions())} "
+        "(`head`: the latest; `base`, with --downgrade: no tables)"
+    )
+
+
+@contextlib.contextmanager
+def _connection(bind: Engine | Connection) -> Iterator[Connection]:
     if isinstance(bind, Connection):
-        step(alembic_config(names, bind), revision)
+        yield bind
         return
     with bind.begin() as conn:
-        step(alembic_config(names, conn), revision)
+        yield conn
+
+
+def _checked_current(conn: Connection, names: TableNames, revision: str) -> str | None:
+    check_revision(revision)
+    return current_revision(conn, names)
+
+
+def _refuse_unrecorded_tables(conn: Connection, names: TableNames) -> None:
+    """Queue tables with no recorded migration would make the first CREATE TABLE fail."""
+    inspector = sa.inspect(conn)
+    found = [
+        table.name
+        for table in tables_for(names).metadata.sorted_tables
+        if inspector.has_table(table.name, schema=names.schema)
+    ]
+    if found:
+        raise ConfigurationError(
+            f"table(s) {', '.join(found)}{_where(names)} already exist, but no dbqueue "
+            f"migration is recorded for them (in {names.version_table}): they were created "
+            "outside `dbqueue migrate`. Drop or rename them, or give dbqueue other tables "
+            "(--table-prefix / --schema)"
+        )
+
+
+def _run(step: Any, conn: Connection, names: TableNames, revision: str, current: Any) -> Migrated:
+    try:
+        with _quiet_alembic():
+            step(alembic_config(names, conn), revision)
+    except CommandError as exc:
+        verb = "downgrade" if step is command.downgrade else "upgrade"
+        raise _command_error(exc, verb, names, revision, current) from None
+    return Migrated(current, current_revision(conn, names))
+
+
+@contextlib.contextmanager
+def _quiet_alembic() -> Iterator[None]:
+    """Alembic logs its set-up and each step at INFO: callers say what changed in one line
+    (``Migrated``); with debug logging on, Alembic's lines stay."""
+    alembic_log = logging.getLogger("alembic.runtime.migration")
+    level = alembic_log.level
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        alembic_log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        alembic_log.setLevel(level)
+
+
+def _command_error(
+    exc: CommandError, verb: str, names: TableNames, revision: str, current: str | None
+) -> ConfigurationError:
+    """Alembic's refusal as one line: what was asked, where the tables are, what exists."""
+    if isinstance(exc.__cause__, ResolutionError):
+        return _unknown_revision(revision)
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    at = f"at {current}" if current else "at no migration"
+    return ConfigurationError(
+        f"cannot {verb} the queue tables for {names.jobs!r}{_where(names)} ({at}) to "
+        f"{revision!r}: {reason}; the revisions are {', '.join(known_revisions())}"
+    )
+
+
+def _where(names: TableNames) -> str:
+    return f" (schema {names.schema!r})" if names.schema else ""
 
 
 def current_revision(conn: Connection, names: TableNames) -> str | None:
-    # Alembic logs its set-up at INFO; a read of the version table is not worth those lines.
-    alembic_log = logging.getLogger("alembic.runtime.migration")
-    level = alembic_log.level
-    alembic_log.setLevel(logging.WARNING)
-    try:
+    with _quiet_alembic():
         context = MigrationContext.configure(
             conn,
             opts={"version_table": names.version_table, "version_table_schema": names.schema},
         )
         return context.get_current_revision()
-    finally:
-        alembic_log.setLevel(level)
 
 
 def check_schema(conn: Connection, names: TableNames) -> None:
     """Refuse to run against missing or outdated tables, saying how to fix it."""
-    where = f" (schema {names.schema!r})" if names.schema else ""
+    where = _where(names)
     try:
         revision = current_revision(conn, names)
         conn.rollback()
@@ -131,13 +253,11 @@ def run_migrations(context: Any) -> None:
         return
     url = config.attributes.get("offline_url") or xargs.get("url")
     url = url or config.get_main_option("sqlalchemy.url") or None
-    url = resolve_url(url, xargs.get("dialect") or os.environ.get("DBQUEUE_DIALECT"))
+    url = dialects.resolve_url(url, xargs.get("dialect") or os.environ.get("DBQUEUE_DIALECT"))
     if context.is_offline_mode():
         _migrate_offline(context, url, names)
         return
-    from .app import App
-
-    engine = App(url).create_engine()
+    engine = dialects.create_engine(url)
     try:
         with engine.begin() as conn:
             _migrate(context, conn, names)
@@ -165,7 +285,8 @@ def _migrate(context: Any, connection: Connection, names: TableNames) -> None:
 
 
 def _migrate_offline(context: Any, url: str, names: TableNames) -> None:
-    parsed = dialects.class_for_url(sa.engine.make_url(url)).normalize_url(sa.engine.make_url(url))
+    given = parse_url(url)
+    parsed = dialects.class_for_url(given).normalize_url(given)
     dialect = dialects.for_sqlalchemy(parsed.get_dialect()())
     context.configure(
         dialect_name=parsed.get_backend_name(),
@@ -175,6 +296,20 @@ def _migrate_offline(context: Any, url: str, names: TableNames) -> None:
     )
     with context.begin_transaction():
         context.run_migrations(names=names)
+
+
+def script_names(names: TableNames | None) -> TableNames:
+    """For migration scripts: the table names ``run_migrations`` hands them. None means a script
+    runs inside another project's history (dbqueue's versions in its version_locations), which
+    would record dbqueue's revision in that project's version table: refuse, saying what to do."""
+    if names is None:
+        raise ConfigurationError(
+            "dbqueue's migrations cannot run as part of your own Alembic history: remove dbqueue's "
+            "migrations/versions from version_locations, and call dbqueue.alembic.upgrade(op, "
+            "<App, TableNames or table prefix>, <revision>) from a revision of your own instead "
+            "(README: Alembic in your own project)"
+        )
+    return names
 
 
 def table_options(key: str) -> dict[str, Any]:

@@ -13,11 +13,12 @@ subscription matched.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
@@ -26,8 +27,9 @@ from sqlalchemy.engine import Connection
 from . import dialects
 from .errors import ConfigurationError, SchemaMissingError
 from .identifiers import check_subscription_id, check_task_name
-from .job import SeedKeys
+from .job import ItemAccess
 from .schema import DEFAULT_HTTP_METHOD, HTTP_METHODS, QueueTables
+from .tasks import ANY_TOPIC
 
 #: ``subscription_id`` of a publication's own record (never a valid subscription id).
 PUBLICATION_MARKER = "*"
@@ -48,14 +50,6 @@ _SECRET_HEADER_WORDS = (
     "credential",
 )
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")  # RFC 9110 token
-
-# The seed (nsj-queue-lib) handed subscribers a dict with Portuguese keys; Subscription answers
-# those too.
-_SEED_KEYS = {
-    "processo": "topic",
-    "grupo_empresarial": "business_group",
-    "ativo": "active",
-}
 
 
 def is_secret_header(name: str) -> bool:
@@ -208,10 +202,10 @@ def _check_business_group(group: Any) -> str | None:
 
 # ---- the value ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Subscription(SeedKeys):
+class Subscription(ItemAccess):
     """One row of the subscriptions table. ``headers`` is what is stored (normally a dict)."""
 
-    seed_keys: ClassVar[dict[str, str]] = _SEED_KEYS
+    ITEM_ALIASES: ClassVar[Mapping[str, str | Callable[[Subscription], Any]]] = {}
 
     id: str
     topic: str
@@ -259,6 +253,9 @@ class Subscription(SeedKeys):
         return f"<Subscription {self.id!r} topic={self.topic!r} → {target}{state}>"
 
 
+Subscription.ITEM_NAMES = frozenset(field.name for field in dataclasses.fields(Subscription))
+
+
 def new_subscription_values(
     subscription_id: str,
     topic: str,
@@ -287,6 +284,53 @@ def new_subscription_values(
         raise ConfigurationError(
             f"subscription {subscription_id!r} has headers but no url: headers are sent with "
             "webhook calls only; give it a webhook url or drop the headers"
+        )
+    return values
+
+
+class SubscriptionChanges(TypedDict, total=False):
+    """What ``update_subscription`` may change (None clears tenant, business_group, url and
+    headers)."""
+
+    topic: str
+    tenant: int | None
+    business_group: str | None
+    url: str | None
+    method: str
+    headers: Mapping[str, Any] | None
+    active: bool
+
+
+#: change name → (column, check): each change is validated alone, like a new subscription's.
+_CHANGE_CHECKS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "topic": ("topic", check_task_name),
+    "tenant": ("tenant", _check_tenant),
+    "business_group": ("business_group", _check_business_group),
+    "url": ("url", lambda url: None if url is None else check_url(url)),
+    "method": ("http_method", check_method),
+    "headers": ("headers", lambda headers: check_headers(headers) or None),
+    "active": ("active", bool),
+}
+
+
+def changed_values(existing: Subscription, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Validated column values for ``changes`` to ``existing``; the row they make must still
+    be one ``new_subscription_values`` would accept (headers need a url)."""
+    unknown = sorted(set(changes) - set(_CHANGE_CHECKS))
+    if unknown:
+        raise TypeError(
+            f"update_subscription() got unexpected keyword argument(s) "
+            f"{', '.join(map(repr, unknown))}: the changes are {', '.join(_CHANGE_CHECKS)}"
+        )
+    values = {}
+    for name, value in changes.items():
+        column, check = _CHANGE_CHECKS[name]
+        values[column] = check(value)
+    headers = values.get("headers", existing.headers)
+    if headers and not values.get("url", existing.url):
+        raise ConfigurationError(
+            f"subscription {existing.id!r} would have headers but no url: headers are sent "
+            "with webhook calls only; keep a webhook url or drop the headers too"
         )
     return values
 
@@ -331,16 +375,37 @@ class SubscriptionStore:
             return [Subscription.from_row(row) for row in conn.execute(stmt)]
 
     def set_active(self, conn: Connection, subscription_id: str, active: bool) -> Subscription:
+        return self.update(conn, subscription_id, {"active": active})
+
+    def update(
+        self, conn: Connection, subscription_id: str, changes: Mapping[str, Any]
+    ) -> Subscription:
+        """Apply ``changes`` (see ``SubscriptionChanges``); returns the row as it now is."""
         s = self.table
         with self.translate_errors(conn):
-            if self.get(conn, subscription_id) is None:
-                raise ConfigurationError(
-                    f"there is no subscription {subscription_id!r} in {self.names.subscriptions}: "
-                    "see `dbqueue subscriptions list`"
-                )
-            conn.execute(sa.update(s).where(s.c.id == subscription_id).values(active=active))
+            values = changed_values(self.existing(conn, subscription_id), changes)
+            if values:
+                conn.execute(sa.update(s).where(s.c.id == subscription_id).values(values))
             found = self.get(conn, subscription_id)
         assert found is not None
+        return found
+
+    def remove(self, conn: Connection, subscription_id: str) -> Subscription:
+        """Delete the subscription; returns the row it was."""
+        s = self.table
+        with self.translate_errors(conn):
+            found = self.existing(conn, subscription_id)
+            conn.execute(sa.delete(s).where(s.c.id == subscription_id))
+        return found
+
+    def existing(self, conn: Connection, subscription_id: str) -> Subscription:
+        """The subscription, or an error naming where to look."""
+        found = self.get(conn, subscription_id)
+        if found is None:
+            raise ConfigurationError(
+                f"there is no subscription {subscription_id!r} in {self.names.subscriptions}: "
+                "see `dbqueue subscriptions list`"
+            )
         return found
 
     def matching(
@@ -399,8 +464,45 @@ class SubscriptionStore:
 def _duplicate(subscription_id: str) -> ConfigurationError:
     return ConfigurationError(
         f"subscription {subscription_id!r} already exists: choose another id, or change the "
-        f"existing one with `dbqueue subscriptions enable|disable {subscription_id}`"
+        f"existing one with `dbqueue subscriptions update|enable|disable {subscription_id}`"
     )
+
+
+def subscription_problems(
+    rows: list[Subscription], subscribers: list[tuple[str, str]]
+) -> list[str]:
+    """What a worker warns about at start-up: code registered (``subscribers``: topic, id;
+    topic ``*`` for any) for a subscription that does not exist or receives another topic,
+    and active subscriptions with neither code nor a webhook url, whose deliveries can only
+    fail."""
+    by_id = {row.id: row for row in rows}
+    problems = []
+    for topic, subscription_id in subscribers:
+        row = by_id.get(subscription_id)
+        if row is None:
+            shown = "TOPIC" if topic == ANY_TOPIC else topic
+            problems.append(
+                f"subscriber {subscription_id!r} (topic {topic!r}) is registered, but there is "
+                f"no subscription {subscription_id!r}: it receives nothing until one is added "
+                f"(dbqueue subscriptions add {subscription_id} --topic {shown})"
+            )
+        elif topic not in (row.topic, ANY_TOPIC):
+            problems.append(
+                f"subscriber {subscription_id!r} is registered for topic {topic!r}, but the "
+                f"subscription receives topic {row.topic!r}: its deliveries never reach that "
+                f"code (register it for {row.topic!r}, or change the subscription with "
+                f"`dbqueue subscriptions update {subscription_id} --topic {topic}`)"
+            )
+    with_code = {subscription_id for _, subscription_id in subscribers}
+    problems.extend(
+        f"active subscription {row.id!r} (topic {row.topic!r}) has no webhook url and no code "
+        f"in this worker: its deliveries fail here (register @app.subscriber({row.topic!r}, "
+        f"{row.id!r}), or give it a url: `dbqueue subscriptions update {row.id} "
+        "--webhook-url URL`)"
+        for row in rows
+        if row.active and not row.is_webhook and row.id not in with_code
+    )
+    return problems
 
 
 def publication_message(

@@ -15,7 +15,7 @@ from sqlalchemy.ext.compiler import compiles
 
 from .identifiers import MAX_SUBSCRIPTION_ID, check_identifier, check_prefix
 from .job import Status
-from .sqltypes import Payload, UtcDateTime
+from .sqltypes import Payload, UtcDateTime, for_dialect
 
 DEFAULT_PREFIX = "dbqueue_"
 DEFAULT_QUEUE = "default"
@@ -98,21 +98,28 @@ def _timestamp(name: str, *, server_now: bool = False, nullable: bool = True) ->
 
 
 class NowDefault(sa.sql.expression.ColumnElement):
-    """Server default rendering each database's UTC clock (see the dialect modules)."""
+    """Server default rendering each database's UTC clock (registered by its dialect module)."""
 
     inherit_cache = True
 
 
 @compiles(NowDefault)
 def _compile_now_default(element: NowDefault, compiler: sa.sql.compiler.SQLCompiler, **kw) -> str:
-    from .dialects import class_for_sqlalchemy_name
-
-    default = class_for_sqlalchemy_name(compiler.dialect.name).server_now_default()
-    return compiler.process(default, **kw)
+    return compiler.process(for_dialect(compiler.dialect).server_now, **kw)
 
 
-def _table_kwargs() -> dict:
-    return {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+#: The marker in each queue table's ``info`` (which of dbqueue's tables it is), by which
+#: ``dbqueue.alembic.include_object`` tells them apart in an application's own MetaData.
+TABLE_INFO_KEY = "dbqueue"
+
+
+def _table_kwargs(kind: str) -> dict:
+    return {
+        "mysql_engine": "InnoDB",
+        "mysql_charset": "utf8mb4",
+        "mysql_collate": "utf8mb4_bin",
+        "info": {TABLE_INFO_KEY: kind},
+    }
 
 
 def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
@@ -153,7 +160,7 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         _timestamp("finished_at"),
         _timestamp("updated_at", server_now=True, nullable=False),
         schema=names.schema,
-        **_table_kwargs(),
+        **_table_kwargs("jobs"),
     )
     # The claim reads one contiguous range: status = 'available' AND queue = ?, in claim order.
     # With this exact column order MySQL's locking read stops at the LIMIT instead of locking
@@ -180,7 +187,7 @@ def maintenance_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         sa.Column("runs", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("result", sa.Text(), nullable=True),
         schema=names.schema,
-        **_table_kwargs(),
+        **_table_kwargs("maintenance"),
     )
 
 
@@ -204,7 +211,7 @@ def subscriptions_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         sa.Column("active", sa.Boolean(), nullable=False, server_default=sa.true()),
         _timestamp("created_at", server_now=True, nullable=False),
         schema=names.schema,
-        **_table_kwargs(),
+        **_table_kwargs("subscriptions"),
     )
     sa.Index(f"{t}_topic", table.c.topic)  # publish: the active subscriptions of one topic
     return table

@@ -1,5 +1,9 @@
 """Column types shared by every database; dialect modules supply native variants.
 
+This module sits below the dialect modules, so it never asks them: each one registers its
+database's types here when it is imported (``import dbqueue``, which any ``import dbqueue.…``
+runs first, imports them all).
+
 Payloads are encoded once in Python (canonical JSON, to hash and size-check them) and bound as
 text. On the way out they are decoded leniently: a row written by hand with broken JSON yields a
 MalformedPayload that fails that one job, instead of an exception that stops the claim loop.
@@ -8,11 +12,14 @@ MalformedPayload that fails that one job, instead of an exception that stops the
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from . import payload as payload_codec
+from .errors import ConfigurationError
 
 
 def _bind_payload(value: Any) -> Any:
@@ -61,10 +68,35 @@ class NativeJson(sa.types.UserDefinedType):
         return None if self.driver_decodes else payload_codec.decode
 
 
-def _dialect_class(dialect: Any) -> Any:
-    from .dialects import class_for_sqlalchemy_name  # dialect modules import this module
+@dataclass(frozen=True)
+class DatabaseTypes:
+    """What one database needs in the queue tables: its payload and timestamp column types
+    (None: the portable ones) and the DDL default that gives timestamps the UTC clock, so that
+    plain SQL INSERTs get the same clock as dbqueue's."""
 
-    return class_for_sqlalchemy_name(dialect.name)
+    payload: sa.types.TypeEngine | None
+    timestamp: sa.types.TypeEngine | None
+    server_now: Any
+
+
+_BY_DIALECT: dict[str, DatabaseTypes] = {}
+
+
+def register(sqlalchemy_names: Iterable[str], types: DatabaseTypes) -> None:
+    """Called by a dialect module when imported, for each SQLAlchemy dialect name it serves."""
+    for name in sqlalchemy_names:
+        _BY_DIALECT[name] = types
+
+
+def for_dialect(dialect: Any) -> DatabaseTypes:
+    """The registered types of a SQLAlchemy dialect's database."""
+    try:
+        return _BY_DIALECT[dialect.name]
+    except KeyError:
+        raise ConfigurationError(
+            f"dbqueue does not support the database {dialect.name!r}: use PostgreSQL, "
+            "MySQL/MariaDB, SingleStore or SQLite"
+        ) from None
 
 
 class Payload(sa.types.TypeDecorator):
@@ -74,7 +106,7 @@ class Payload(sa.types.TypeDecorator):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Any) -> Any:
-        native = _dialect_class(dialect).json_type()
+        native = for_dialect(dialect).payload
         return dialect.type_descriptor(native if native is not None else JsonText())
 
 
@@ -85,7 +117,7 @@ class UtcDateTime(sa.types.TypeDecorator):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Any) -> Any:
-        native = _dialect_class(dialect).timestamp_type()
+        native = for_dialect(dialect).timestamp
         return dialect.type_descriptor(native if native is not None else sa.DateTime())
 
     def process_bind_param(self, value: Any, dialect: Any) -> Any:

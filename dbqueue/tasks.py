@@ -3,6 +3,8 @@ and retry policy."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,20 +41,19 @@ class TaskRegistry:
     """Task name → definition, and (topic, subscription id) → subscriber definition.
 
     An optional catch-all serves every other task name (WorkerBase). A delivery of a pub/sub
-    publication (a job with a ``subscription_id``) goes to its subscriber's code, else to
-    ``subscriber_fallback`` — the App's built-in webhook handler — never to the catch-all.
+    publication (a job with a ``subscription_id``) goes to its subscriber's code, else to the
+    fallback the worker passes (its webhook handler), never to the catch-all.
     """
 
     def __init__(self) -> None:
         self._tasks: dict[str, TaskDefinition] = {}
         self._subscribers: dict[tuple[str, str], TaskDefinition] = {}
         self.catch_all: TaskDefinition | None = None
-        #: Runs deliveries no code is registered for (the App points it at its webhook sender).
-        self.subscriber_fallback: Handler | None = None
 
     # ---- tasks ----------------------------------------------------------------------------
     def register(self, definition: TaskDefinition) -> TaskDefinition:
         check_task_name(definition.name)
+        _check_handlers(f"task {definition.name!r}", definition)
         if definition.queue is not None:
             check_queue_name(definition.queue)
         if definition.timeout is not None:
@@ -65,6 +66,7 @@ class TaskRegistry:
         return definition
 
     def add_dead_handler(self, name: str, handler: Handler) -> None:
+        check_not_async(handler, f"the dead handler of task {name!r}")
         definition = self._tasks.get(name)
         if definition is None:
             definition = self.register(TaskDefinition(name=name, handler=None))
@@ -75,6 +77,13 @@ class TaskRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._tasks)
+
+    def handles(self, name: str) -> bool:
+        """Whether a worker with this registry runs jobs of task ``name``."""
+        definition = self._tasks.get(name)
+        return self.catch_all is not None or (
+            definition is not None and definition.handler is not None
+        )
 
     # ---- subscribers ----------------------------------------------------------------------
     def register_subscriber(self, definition: TaskDefinition) -> TaskDefinition:
@@ -88,6 +97,7 @@ class TaskRegistry:
         key = (definition.name, definition.subscription_id)
         existing = self._subscribers.get(key)
         what = f"subscriber {definition.subscription_id!r} of topic {definition.name!r}"
+        _check_handlers(what, definition)
         _check_not_twice(what, existing, definition)
         if existing is not None:
             _merge(existing, definition)
@@ -95,6 +105,7 @@ class TaskRegistry:
         return definition
 
     def add_dead_subscriber(self, topic: str, subscription_id: str, handler: Handler) -> None:
+        check_not_async(handler, f"the dead handler of subscriber {subscription_id!r}")
         definition = self._subscribers.get((topic, subscription_id))
         if definition is None:
             definition = self.register_subscriber(
@@ -108,6 +119,10 @@ class TaskRegistry:
             (ANY_TOPIC, subscription_id)
         )
 
+    def subscribers(self) -> list[tuple[str, str]]:
+        """(topic, subscription id) of each subscriber with code (topic ``*``: any topic)."""
+        return sorted(key for key, d in self._subscribers.items() if d.handler is not None)
+
     def _subscriber_handlers(self, topic: str, subscription_id: str) -> tuple[Any, Any]:
         """(handler, dead handler), each from the topic's registration, else any topic's."""
         found = [
@@ -117,9 +132,6 @@ class TaskRegistry:
         handler = next((d.handler for d in found if d and d.handler), None)
         dead = next((d.dead_handler for d in found if d and d.dead_handler), None)
         return handler, dead
-
-    def subscriber_ids(self) -> list[str]:
-        return sorted({subscription for _, subscription in self._subscribers})
 
     # ---- lookups the worker makes ---------------------------------------------------------
     def is_empty(self) -> bool:
@@ -156,15 +168,14 @@ class TaskRegistry:
             "passed to --app, or run a worker that has it on this queue."
         )
 
-    def handler_for(self, job: Job) -> Handler:
-        return self.resolve(job)[1]
-
-    def resolve(self, job: Job) -> tuple[TaskDefinition | None, Handler]:
+    def resolve(
+        self, job: Job, fallback: Handler | None = None
+    ) -> tuple[TaskDefinition | None, Handler]:
         """The job's definition (None for a delivery no code registered: a webhook) and the
-        handler to call (its dead handler for a dead-letter job); UnknownTaskError, naming the
-        fix, when there is none."""
+        handler to call (its dead handler for a dead-letter job; ``fallback`` for a delivery no
+        code handles); UnknownTaskError, naming the fix, when there is none."""
         if job.subscription_id is not None:
-            return self.definition_of(job), self._delivery_handler(job)
+            return self.definition_of(job), self._delivery_handler(job, fallback)
         definition = self.definition_for(job)
         if job.dead:
             if definition.dead_handler is None:
@@ -176,7 +187,7 @@ class TaskRegistry:
         assert definition.handler is not None
         return definition, definition.handler
 
-    def _delivery_handler(self, job: Job) -> Handler:
+    def _delivery_handler(self, job: Job, fallback: Handler | None) -> Handler:
         handler, dead_handler = self._subscriber_handlers(job.task, job.subscription_id)
         if job.dead:
             if dead_handler is None:
@@ -189,8 +200,8 @@ class TaskRegistry:
             return dead_handler
         if handler is not None:
             return handler
-        if self.subscriber_fallback is not None:
-            return self.subscriber_fallback
+        if fallback is not None:
+            return fallback
         raise UnknownTaskError(
             f"no subscriber is registered for subscription {job.subscription_id!r} of topic "
             f"{job.task!r} in this worker: add @app.subscriber({job.task!r}, "
@@ -221,6 +232,29 @@ def _merge(existing: TaskDefinition, new: TaskDefinition) -> None:
     """A dead handler registered before its task (or the reverse): merge the two."""
     new.dead_handler = new.dead_handler or existing.dead_handler
     new.handler = new.handler or existing.handler
+
+
+def check_not_async(handler: Handler | None, what: str) -> None:
+    """Refuse an ``async def`` handler at registration: called in a worker thread it would only
+    create a coroutine, never run it, and the job would look done."""
+    if handler is not None and is_async_callable(handler):
+        raise ConfigurationError(
+            f"{what}: {_describe(handler)} is an async def function, and dbqueue's workers run "
+            "handlers in threads without an event loop: make it a plain def (call "
+            "asyncio.run(...) inside it if it must await)"
+        )
+
+
+def is_async_callable(handler: Any) -> bool:
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    call = getattr(handler, "__call__", None)  # noqa: B004 - an instance with async __call__
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+def _check_handlers(what: str, definition: TaskDefinition) -> None:
+    check_not_async(definition.handler, what)
+    check_not_async(definition.dead_handler, f"the dead handler of {what}")
 
 
 def check_timeout(value: Any, what: str) -> float:

@@ -88,24 +88,7 @@ class WebhookSender:
             ) from None
         where = f"webhook {method} {display_url(url)}"
         scrub = _Scrubber(url, configured)
-        headers = {
-            "User-Agent": self.user_agent,
-            # A retry carries the same job id: receivers can use it to drop duplicates.
-            "X-Dbqueue-Job": str(job.id),
-            "X-Dbqueue-Attempt": str(job.attempt),
-            "X-Dbqueue-Subscription": quote(name, safe=""),
-        }
-        if job.publication_id is not None:
-            headers["X-Dbqueue-Publication"] = str(job.publication_id)
-        headers.update(configured)
-        params, data = None, None
-        if method == "GET":
-            params = query_parameters(job.payload)
-        else:
-            data = json.dumps(job.payload, ensure_ascii=False, separators=(",", ":")).encode()
-            if not any(k.lower() == "content-type" for k in configured):
-                headers["Content-Type"] = "application/json; charset=utf-8"
-
+        params, data, headers = self._request_parts(method, name, configured, job)
         deadline = time.monotonic() + self.timeout
         with requests.Session() as http:
             try:
@@ -140,6 +123,28 @@ class WebhookSender:
         if 300 <= response.status_code < 400:
             hint = " (redirects are not followed: put the final URL in the subscription)"
         raise AttemptFailed(f"{where}: answered {answer}{hint}")
+
+    def _request_parts(
+        self, method: str, name: str, configured: dict[str, str], job: Job
+    ) -> tuple[dict[str, str] | None, bytes | None, dict[str, str]]:
+        """Query parameters (GET) or JSON body, and the headers: dbqueue's, then the
+        subscription's own."""
+        headers = {
+            "User-Agent": self.user_agent,
+            # A retry carries the same job id: receivers can use it to drop duplicates.
+            "X-Dbqueue-Job": str(job.id),
+            "X-Dbqueue-Attempt": str(job.attempt),
+            "X-Dbqueue-Subscription": quote(name, safe=""),
+        }
+        if job.publication_id is not None:
+            headers["X-Dbqueue-Publication"] = str(job.publication_id)
+        headers.update(configured)
+        if method == "GET":
+            return query_parameters(job.payload), None, headers
+        data = json.dumps(job.payload, ensure_ascii=False, separators=(",", ":")).encode()
+        if not any(k.lower() == "content-type" for k in configured):
+            headers["Content-Type"] = "application/json; charset=utf-8"
+        return None, data, headers
 
     def _read_body(self, response: requests.Response, deadline: float) -> tuple[bytes, str]:
         """At most max_response_bytes, and nothing after the deadline: the status already

@@ -1,67 +1,34 @@
-"""Database modules and the lookup from a URL or SQLAlchemy dialect to one of them."""
+"""Database modules, the lookup from a URL or SQLAlchemy dialect to one of them, and the engine
+factory that configures SQLAlchemy the way each database needs it."""
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-from sqlalchemy.engine.interfaces import Dialect as SADialect
-
-from ..errors import ConfigurationError
 from .base import WRITE_INTENT, Dialect
+from .connect import create_engine, resolve_url
 from .mysql import MySQLDialect
 from .postgresql import PostgresDialect
+from .registry import (
+    BY_NAME,
+    DIALECT_CLASSES,
+    DIALECT_NAMES,
+    class_for_sqlalchemy_name,
+    class_for_url,
+    for_sqlalchemy,
+)
 from .sqlite import SQLiteDialect
-
-DIALECT_CLASSES: tuple[type[Dialect], ...] = (PostgresDialect, MySQLDialect, SQLiteDialect)
-
-try:  # SingleStore support is an optional extra
-    from .singlestore import SingleStoreDialect
-
-    DIALECT_CLASSES += (SingleStoreDialect,)
-except ImportError:  # pragma: no cover - exercised only without the module
-    pass
-
-BY_NAME: dict[str, type[Dialect]] = {cls.name: cls for cls in DIALECT_CLASSES}
-_BY_SQLALCHEMY_NAME = {alias: cls for cls in DIALECT_CLASSES for alias in cls.sqlalchemy_names}
-DIALECT_NAMES = ("postgresql", "mysql", "singlestore", "sqlite")
-#: SQLAlchemy dialect names served by a module that needs an optional extra.
-_EXTRAS = {"singlestoredb": "singlestore"}
-
-
-def class_for_sqlalchemy_name(name: str) -> type[Dialect]:
-    try:
-        return _BY_SQLALCHEMY_NAME[name]
-    except KeyError:
-        if name in _EXTRAS:
-            raise ConfigurationError(
-                f"the {name!r} database needs its optional driver: "
-                f"pip install 'dbqueue[{_EXTRAS[name]}]'"
-            ) from None
-        raise ConfigurationError(
-            f"dbqueue does not support the database {name!r}: use PostgreSQL, MySQL/MariaDB, "
-            "SingleStore or SQLite"
-        ) from None
-
-
-def class_for_url(url: sa.engine.URL) -> type[Dialect]:
-    return class_for_sqlalchemy_name(url.get_backend_name())
-
-
-def for_sqlalchemy(sa_dialect: SADialect) -> Dialect:
-    """The Dialect for a connected SQLAlchemy dialect (its server version is known by then)."""
-    cached = sa_dialect.__dict__.get("_dbqueue_dialect")
-    if cached is not None:
-        return cached
-    dialect = class_for_sqlalchemy_name(sa_dialect.name)(sa_dialect)
-    if sa_dialect.server_version_info is not None:
-        sa_dialect.__dict__["_dbqueue_dialect"] = dialect
-    return dialect
-
 
 __all__ = [
     "WRITE_INTENT",
     "Dialect",
+    "MySQLDialect",
+    "PostgresDialect",
+    "SQLiteDialect",
     "BY_NAME",
     "DIALECT_CLASSES",
     "DIALECT_NAMES",
+    "class_for_sqlalchemy_name",
+    "class_for_url",
+    "create_engine",
     "for_sqlalchemy",
+    "resolve_url",
 ]

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.sql.elements import ColumnElement
 
+from .. import sqltypes
 from ..errors import StrategyNotSupportedError
 from ..wakeup import Notifier, PollingOnly
 
@@ -30,6 +31,8 @@ class Dialect(abc.ABC):
     name: ClassVar[str]
     #: SQLAlchemy dialect names this module serves.
     sqlalchemy_names: ClassVar[tuple[str, ...]]
+    #: Other names a URL may give the database before ``+driver`` (``normalize_url`` maps them).
+    url_aliases: ClassVar[tuple[str, ...]] = ()
     #: driver part of URLs built from DB_HOST/DB_PORT/... variables.
     url_driver: ClassVar[str]
     default_port: ClassVar[int | None] = None
@@ -146,7 +149,13 @@ class Dialect(abc.ABC):
         """Install event hooks on an engine dbqueue created (e.g. SQLite's BEGIN IMMEDIATE)."""
 
     @classmethod
+    def check_url(cls, url: sa.engine.URL) -> None:
+        """Refuse, with the fix, a URL no queue can run on (before dbqueue makes an engine)."""
+
+    @classmethod
     def normalize_url(cls, url: sa.engine.URL) -> sa.engine.URL:
+        """The URL as SQLAlchemy must get it: common spellings made ones it loads, with the
+        driver dbqueue installs where the URL names none (engines and offline migrations)."""
         return url
 
     def check_connection(self, conn: Connection) -> None:
@@ -165,6 +174,24 @@ class Dialect(abc.ABC):
     def is_transient(self, exc: BaseException) -> bool:
         """Deadlocks, lock wait timeouts, serialisation failures: retry the whole transaction."""
         return False
+
+
+def registers_schema(cls: type[Dialect]) -> type[Dialect]:
+    """Class decorator of each database module's Dialect: hands its column types and DDL clock
+    to the schema layer, which sits below the dialects and so cannot look them up itself."""
+    types = sqltypes.DatabaseTypes(
+        payload=cls.json_type(),
+        timestamp=cls.timestamp_type(),
+        server_now=cls.server_now_default(),
+    )
+    sqltypes.register(cls.sqlalchemy_names, types)
+    return cls
+
+
+def with_driver(url: sa.engine.URL, backend: str, driver: str) -> sa.engine.URL:
+    """``url`` as ``backend+driver://…``, keeping the driver it names, if any."""
+    named = url.drivername.partition("+")[2]
+    return url.set(drivername=f"{backend}+{named or driver}")
 
 
 def seconds_expression(seconds: float | ColumnElement) -> ColumnElement:

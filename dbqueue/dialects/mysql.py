@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..sqltypes import NativeJson
-from .base import Dialect, driver_code, seconds_expression
+from .base import Dialect, driver_code, registers_schema, seconds_expression, with_driver
 
 _NO_SUCH_TABLE = 1146
 _TRANSIENT = {1205, 1213}  # lock wait timeout, deadlock
@@ -39,6 +39,7 @@ def kill_connection(engine: Engine, dbapi_connection: Any) -> bool:
     return True
 
 
+@registers_schema
 class MySQLDialect(Dialect):
     name = "mysql"
     sqlalchemy_names = ("mysql", "mariadb")
@@ -112,6 +113,14 @@ class MySQLDialect(Dialect):
         # READ COMMITTED: the claim's locking read takes no gap locks (fewer deadlocks with
         # concurrent inserts), and a transaction sees jobs committed after it began.
         return {"pool_pre_ping": True, "isolation_level": "READ COMMITTED"}
+
+    @classmethod
+    def normalize_url(cls, url: sa.engine.URL) -> sa.engine.URL:
+        # With no driver named SQLAlchemy picks mysqlclient (MySQLdb), a C extension dbqueue does
+        # not install; PyMySQL it does. mariadb:// becomes mysql://: SQLAlchemy's "mariadb"
+        # dialect ignores the mysql_* table options (the binary collation that makes names
+        # compare exactly), and its "mysql" dialect recognises a MariaDB server anyway.
+        return with_driver(url, "mysql", "pymysql")
 
     def is_missing_table(self, exc: BaseException) -> bool:
         return driver_code(exc) == _NO_SUCH_TABLE

@@ -14,7 +14,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..sqltypes import JsonText, NativeJson
 from ..wakeup import Notifier
-from .base import Dialect, driver_code, seconds_expression
+from .base import Dialect, driver_code, registers_schema, seconds_expression, with_driver
 from .pg_listen import PgNotifier
 
 _UNDEFINED_TABLE = "42P01"
@@ -33,9 +33,12 @@ def lock_key(name: str) -> int:
     )
 
 
+@registers_schema
 class PostgresDialect(Dialect):
     name = "postgresql"
     sqlalchemy_names = ("postgresql",)
+    # Heroku, Render and libpq's own URIs say postgres://, a name SQLAlchemy dropped in 1.4.
+    url_aliases = ("postgres",)
     url_driver = "postgresql+psycopg2"
     default_port = 5432
     default_strategy = "skip_locked"
@@ -112,6 +115,12 @@ class PostgresDialect(Dialect):
     @classmethod
     def server_now_default(cls) -> Any:
         return sa.func.now()
+
+    @classmethod
+    def normalize_url(cls, url: sa.engine.URL) -> sa.engine.URL:
+        # With no driver named SQLAlchemy 2.1 picks psycopg (3); dbqueue installs psycopg2, whose
+        # notification polling and backend pid the wake-ups and timeouts use.
+        return with_driver(url, "postgresql", "psycopg2")
 
     def is_missing_table(self, exc: BaseException) -> bool:
         return driver_code(exc) == _UNDEFINED_TABLE

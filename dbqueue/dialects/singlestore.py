@@ -47,7 +47,7 @@ from sqlalchemy_singlestoredb import RowStore, ShardKey
 
 from ..errors import ConfigurationError
 from ..sqltypes import PayloadProcessing
-from .base import Dialect, driver_code
+from .base import Dialect, driver_code, registers_schema
 from .mysql import kill_connection
 
 _NO_SUCH_TABLE = 1146
@@ -97,6 +97,7 @@ def _probe(cursor: Any) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit()) or (0,)
 
 
+@registers_schema
 class SingleStoreDialect(Dialect):
     name = "singlestore"
     sqlalchemy_names = ("singlestoredb",)

@@ -18,7 +18,8 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from .base import WRITE_INTENT, Dialect, seconds_expression
+from ..errors import ConfigurationError
+from .base import WRITE_INTENT, Dialect, registers_schema, seconds_expression
 
 _CLOCK_FORMAT = "%Y-%m-%d %H:%M:%f"  # UTC, the layout SQLAlchemy stores datetimes in
 BUSY_TIMEOUT_MS = 30_000
@@ -43,6 +44,7 @@ class LenientDateTime(sqlite.DATETIME):
         return process
 
 
+@registers_schema
 class SQLiteDialect(Dialect):
     name = "sqlite"
     sqlalchemy_names = ("sqlite",)
@@ -74,6 +76,16 @@ class SQLiteDialect(Dialect):
     @classmethod
     def server_now_default(cls) -> Any:
         return sa.text(f"(strftime('{_CLOCK_FORMAT}', 'now'))")
+
+    @classmethod
+    def check_url(cls, url: sa.engine.URL) -> None:
+        # An in-memory database lives and dies with one connection (SQLAlchemy keeps one per
+        # thread for it): a worker's engine, and each of its threads, would get an empty one.
+        if not url.database or url.database == ":memory:" or url.query.get("mode") == "memory":
+            raise ConfigurationError(
+                f"{url!r} is an in-memory SQLite database, which no other connection (and so no "
+                "worker) can see: use a file, e.g. sqlite:///dbqueue.db"
+            )
 
     @classmethod
     def configure_engine(cls, engine: Engine) -> None:

@@ -9,40 +9,25 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-
-from .. import dialects
-from ..config import redact
-from ..errors import ConfigurationError, DatabaseUnavailableError
-from ..migrate import check_schema
+from ..errors import ConfigurationError
 from .protocol import Address
 from .server import LockServer, ServerConfig
 
 if TYPE_CHECKING:
-    from ..app import App
+    from ..runtime import RuntimeContext
 
 log = logging.getLogger("dbqueue.lockserver")
 
 
-def serve(app: App, config: ServerConfig) -> None:
-    """Serve locks and wake-ups for ``app``'s queue tables until SIGTERM or SIGINT."""
-    engine = app.create_engine(pool_size=1, max_overflow=1)
+def serve(context: RuntimeContext, config: ServerConfig) -> None:
+    """Serve locks and wake-ups for the context's queue tables until SIGTERM or SIGINT."""
+    engine = context.create_engine(pool_size=1, max_overflow=1)
     try:
-        try:
-            with engine.connect() as conn:
-                dialect = dialects.for_sqlalchemy(conn.dialect)
-                dialect.check_connection(conn)
-                check_schema(conn, app.names)
-        except sa.exc.DBAPIError as exc:
-            first = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-            raise DatabaseUnavailableError(
-                f"cannot connect to {redact(app.url)}: {first} (the lock server polls the queue "
-                "table; check --url / DBQUEUE_URL)"
-            ) from None
+        dialect = context.check_database(engine)  # the server polls the queue table
 
         def poll() -> list[str]:
             with engine.connect() as conn:
-                return app.queue_engine(conn).runnable_queues(conn)
+                return context.queue_engine(conn).runnable_queues(conn)
 
         server = LockServer(config, poll)
         if config.token is None and not _loopback(config.bind):
@@ -56,7 +41,7 @@ def serve(app: App, config: ServerConfig) -> None:
             log.info(
                 "lock server listening on %s; polling %s on %s every %gs; up to %d clients; %s",
                 " and ".join(str(a) for a in addresses),
-                app.names.qualified_jobs,
+                context.names.qualified_jobs,
                 dialect.server_description,
                 config.check_interval,
                 config.max_clients,

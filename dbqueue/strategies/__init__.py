@@ -18,17 +18,21 @@ STRATEGIES: dict[str, type[ClaimStrategy]] = {
 STRATEGY_NAMES = tuple(STRATEGIES)
 
 
-def create(name: str | None, dialect: Dialect, settings: Settings | None = None) -> ClaimStrategy:
-    """The strategy called ``name`` (default: the database's own), checked against the server."""
+def resolve(name: str | None, dialect: Dialect | type[Dialect]) -> type[ClaimStrategy]:
+    """The strategy called ``name``, else the database's own."""
     name = name or dialect.default_strategy
     try:
-        cls = STRATEGIES[name]
+        return STRATEGIES[name]
     except KeyError:
         available = ", ".join(sorted(STRATEGIES))
         raise ConfigurationError(
             f"unknown claim strategy {name!r}: choose one of {available}"
         ) from None
-    return cls(dialect, settings)
 
 
-__all__ = ["ClaimStrategy", "STRATEGIES", "STRATEGY_NAMES", "create"]
+def create(name: str | None, dialect: Dialect, settings: Settings | None = None) -> ClaimStrategy:
+    """The strategy called ``name`` (default: the database's own), checked against the server."""
+    return resolve(name, dialect)(dialect, settings)
+
+
+__all__ = ["ClaimStrategy", "STRATEGIES", "STRATEGY_NAMES", "create", "resolve"]

@@ -11,16 +11,19 @@ lock anyone can take and schedules them for retry.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Connection
 
 from ..config import Settings
 from ..dialects import Dialect
-from ..engine import QueueEngine
 from ..errors import StrategyNotSupportedError
 from ..job import Job
 from ..locks import DatabaseLocks, LockBackend, job_lock_name
 from .base import ClaimStrategy
+
+if TYPE_CHECKING:
+    from ..engine import QueueEngine
 
 log = logging.getLogger("dbqueue.strategies")
 

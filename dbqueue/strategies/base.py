@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import abc
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from sqlalchemy.engine import Connection, Engine
 
 from ..config import Settings
 from ..dialects import Dialect
-from ..engine import QueueEngine
 from ..job import Job, Status
 from ..locks import DatabaseLocks, LockBackend
 from ..schema import TableNames
 from ..wakeup import Notifier
+
+if TYPE_CHECKING:
+    from ..engine import QueueEngine
 
 
 class ClaimStrategy(abc.ABC):
@@ -23,6 +25,8 @@ class ClaimStrategy(abc.ABC):
     #: transaction simply rolls back, leaving its jobs available. False when the claim is
     #: committed first and an external lock (advisory, lock server) marks the job as taken.
     claims_in_transaction: ClassVar[bool]
+    #: True when claims go through ``dbqueue server``: enqueues then hint it that work is there.
+    claims_through_lock_server: ClassVar[bool] = False
 
     def __init__(self, dialect: Dialect, settings: Settings | None = None) -> None:
         self.check_supported(dialect)

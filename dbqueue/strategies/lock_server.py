@@ -14,8 +14,6 @@ holds the lock; only then does the transaction commit (see ``worker/executor.py`
 
 from __future__ import annotations
 
-import logging
-
 from sqlalchemy.engine import Engine
 
 from .. import lockserver
@@ -28,11 +26,10 @@ from ..schema import TableNames
 from ..wakeup import Notifier
 from .advisory_lock import LockClaimStrategy
 
-log = logging.getLogger("dbqueue.worker")
-
 
 class LockServerStrategy(LockClaimStrategy):
     name = "lock_server"
+    claims_through_lock_server = True
 
     def __init__(self, dialect: Dialect, settings: Settings | None = None) -> None:
         settings = settings or Settings()
@@ -43,13 +40,14 @@ class LockServerStrategy(LockClaimStrategy):
         client = self._connect(self.address, settings)
         super().__init__(dialect, LockServerLocks(client), settings)
         try:
-            # A server that refuses this client (wrong token, other protocol version) is a
-            # configuration error, refused at start-up; one that is not up yet is waited for.
+            # At start-up a server that cannot be reached, or refuses this client (wrong token,
+            # other protocol version), is a configuration error, reported at once; a server
+            # lost later is reconnected to, and claims wait for it.
             if not client.wait_connected(self.timeout):
-                log.warning(
-                    "the lock server at %s is not reachable yet (%s): claims wait for it",
-                    self.address,
-                    client.last_error,
+                raise clients.LockServerUnavailableError(
+                    f"cannot reach the lock server at {self.address}: {client.last_error} "
+                    "(start `dbqueue server`, or fix --server / DBQUEUE_LOCK_SERVER / "
+                    "SERVER_HOST and LOCK_SERVICE_PORT)"
                 )
         except Exception:
             self.close()

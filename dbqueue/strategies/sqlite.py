@@ -9,13 +9,17 @@ the same rows. A killed worker's lock and uncommitted writes vanish with its pro
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sqlalchemy.engine import Connection
 
 from ..dialects import Dialect
-from ..engine import QueueEngine
 from ..errors import StrategyNotSupportedError
 from ..job import Job
 from .base import ClaimStrategy
+
+if TYPE_CHECKING:
+    from ..engine import QueueEngine
 
 
 class SQLiteStrategy(ClaimStrategy):

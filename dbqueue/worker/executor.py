@@ -12,6 +12,7 @@ the handlers' writes, and the job is given back — it runs once, never twice.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import traceback
 from collections.abc import Callable
@@ -23,9 +24,10 @@ from sqlalchemy.engine import Connection
 from ..engine import QueueEngine
 from ..errors import AttemptFailed, DbqueueError, JobTimeoutError
 from ..job import Job, MalformedPayload
-from ..retry import Backoff, retry_delay
+from ..runtime import RuntimeContext
 from ..strategies import ClaimStrategy
-from ..tasks import Handler, TaskRegistry
+from ..tasks import Handler
+from .joblog import JobLog
 from .session import JobSession
 from .watchdog import Abandoned, HandlerTimeout, Slot, Watchdog
 
@@ -85,24 +87,29 @@ def timeout_message(job: Job, timeout: float) -> str:
 class BatchExecutor:
     def __init__(
         self,
-        registry: TaskRegistry,
+        context: RuntimeContext,
         strategy: ClaimStrategy,
-        default_backoff: Backoff,
         worker_id: str,
         *,
         watchdog: Watchdog | None = None,
         slot: Slot | None = None,
         default_timeout: float | None = None,
+        job_log: JobLog | None = None,
     ) -> None:
-        self.registry = registry
+        self.registry = context.registry
+        self.policy = context.retry_policy
+        #: Runs deliveries no code is registered for: webhook calls.
+        self.webhooks = context.webhooks
         self.strategy = strategy
-        self.default_backoff = default_backoff
         self.worker_id = worker_id
         self.savepoints = strategy.dialect.supports_savepoints
         #: Set when timeouts apply in this worker: the handler runs watched (in-memory only).
         self.watchdog = watchdog
         self.slot = slot
         self.default_timeout = default_timeout
+        #: With ``log_jobs``: notes each run, logs it once committed. Without, no cost per job.
+        self.job_log = job_log
+        self.run_job = self.run_one if job_log is None else job_log.timed(self.run_one)
 
     # ---- in-transaction claims ----------------------------------------------------------------
     def execute(
@@ -143,6 +150,7 @@ class BatchExecutor:
         except ClaimLostError as lost:
             self._lost(conn, engine, jobs, lost)
             return BatchResult(skipped=len(jobs))
+        self.log_committed()
         return ran.result
 
     def _one_by_one(
@@ -165,13 +173,14 @@ class BatchExecutor:
                 try:
                     with conn.begin():
                         self._watch(conn, [job])
-                        outcome = self.run_one(JobSession(conn, savepoint=False), job)
+                        outcome = self.run_job(JobSession(conn, savepoint=False), job)
                         if not outcome.ok:
                             raise _HandlerFailed(outcome.message or "failed")
                         done = [(job, outcome.message)]
                         changed = self._complete(conn, engine, done, claimed_by=self.worker_id)
                         self._check_still_ours(conn, engine, [job], changed)
                     result.succeeded += 1
+                    self.log_committed()
                 except _HandlerFailed as failed:
                     with conn.begin():
                         recorded = self.record_failure(
@@ -179,6 +188,7 @@ class BatchExecutor:
                         )
                         self._check_still_ours(conn, engine, [job], recorded)
                     result.failed += 1
+                    self.log_committed()
             except ClaimLostError as lost:
                 self._lost(conn, engine, [job], lost)
                 result.skipped += 1
@@ -218,6 +228,8 @@ class BatchExecutor:
             ids,
             exc,
         )
+        if self.job_log is not None:
+            self.job_log.drop()
         self.give_back(conn, engine, jobs)
 
     # ---- running handlers ---------------------------------------------------------------------
@@ -232,13 +244,15 @@ class BatchExecutor:
         ran = _Ran()
         unstarted: list[Job] = []
         session = JobSession(conn)
+        if self.job_log is not None:
+            self.job_log.drop()  # runs noted in a batch that failed never committed
         self._watch(conn, jobs)
         for job in jobs:
             if should_stop():
                 unstarted.append(job)  # never started: given back untouched
                 continue
             ran.started.append(job)
-            outcome = self.run_one(session, job)
+            outcome = self.run_job(session, job)
             if outcome.ok:
                 ran.done.append((job, outcome.message))
                 ran.result.succeeded += 1
@@ -268,6 +282,11 @@ class BatchExecutor:
             claimed_by=claimed_by,
         )
 
+    def log_committed(self) -> None:
+        """The jobs run so far have committed their outcomes: log them (with ``log_jobs``)."""
+        if self.job_log is not None:
+            self.job_log.committed()
+
     def _watch(self, conn: Connection, jobs: list[Job]) -> None:
         """Tell the watchdog's slot what a stuck handler's thread holds."""
         if self.slot is not None:
@@ -275,7 +294,7 @@ class BatchExecutor:
 
     def run_one(self, session: JobSession, job: Job) -> Outcome:
         try:
-            definition, handler = self.registry.resolve(job)
+            definition, handler = self.registry.resolve(job, self.webhooks)
         except DbqueueError as exc:
             return Outcome(False, str(exc))
         if isinstance(job.payload, MalformedPayload):
@@ -292,6 +311,13 @@ class BatchExecutor:
                 value = handler(job, session)
             else:
                 value = self._run_watched(handler, job, session, timeout)
+            if inspect.isawaitable(value):
+                _close(value)
+                raise TypeError(
+                    f"the handler returned {type(value).__name__} {value!r} instead of running: "
+                    "it is async (or returns an awaitable), which a worker thread cannot await; "
+                    "make it a plain def"
+                )
             session.keep()
         except Abandoned:
             raise
@@ -348,17 +374,14 @@ class BatchExecutor:
         """Record a failed attempt (retry or dead); returns the rows changed (0: not ours).
         ``guarded``: only if the row is still at the attempt that ran (recording from outside
         the batch transaction, after its end)."""
-        backoff = self.registry.backoff_for(job) or self.default_backoff
-        delay = retry_delay(job.attempt, job.max_attempts, backoff)
-        failed = engine.fail(
+        failed, delay = self.policy.fail(
             conn,
+            engine,
             job,
             message,
-            retry_in=delay,
             attempt_increment=self.strategy.attempt_increment,
             expected_status=self.strategy.claimed_status,
             worker_id=self.worker_id,
-            dead_letter=self.registry.has_dead_handler(job),
             claimed_by=claimed_by,
             same_attempt=guarded,
         )
@@ -386,3 +409,10 @@ class BatchExecutor:
                 first_line,
             )
         return failed.changed
+
+
+def _close(awaitable: Any) -> None:
+    """Close a coroutine that will never run, so Python does not warn it was never awaited."""
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()

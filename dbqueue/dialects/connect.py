@@ -1,0 +1,93 @@
+"""From configuration to a SQLAlchemy engine: which URL, and an engine set up the way dbqueue
+needs it on that database (each dialect module's engine options and connect-time settings)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from ..config import DEFAULT_SQLITE_URL, env_first, parse_number, parse_url
+from ..errors import ConfigurationError
+from ..poollog import quiet_reset_failures
+from .base import Dialect
+from .registry import BY_NAME, DIALECT_NAMES, class_for_url
+
+
+def resolve_url(
+    url: str | None, dialect: str | None, environ: Mapping[str, str] | None = None
+) -> str:
+    """The database URL: ``url``, else DBQUEUE_URL, else the seed's DB_*/DATABASE_* variables
+    with ``dialect``, else a SQLite file ``dbqueue.db`` in the working directory."""
+    env = os.environ if environ is None else environ
+    if dialect is not None and dialect not in DIALECT_NAMES:
+        raise ConfigurationError(
+            f"unknown dialect {dialect!r}: choose one of {', '.join(DIALECT_NAMES)}"
+        )
+    chosen = url or env_first(env, "DBQUEUE_URL")
+    if chosen:
+        parsed = parse_url(chosen)
+        if dialect is not None:
+            actual = class_for_url(parsed).name
+            if actual != dialect:
+                raise ConfigurationError(
+                    f"--dialect {dialect} does not match the URL, which is for {actual}: "
+                    "drop --dialect or fix the URL"
+                )
+        return chosen
+    host = env_first(env, "DB_HOST", "DATABASE_HOST")
+    database = env_first(env, "DB_BASE", "DATABASE_NAME")
+    if host is None and database is None:
+        if dialect not in (None, "sqlite"):
+            raise ConfigurationError(
+                f"--dialect {dialect} needs a server: pass --url, set DBQUEUE_URL, or set "
+                "DB_HOST/DB_PORT/DB_BASE/DB_USER/DB_PASS"
+            )
+        return DEFAULT_SQLITE_URL
+    name = dialect or "postgresql"  # the seed's own database
+    if name not in BY_NAME:
+        raise ConfigurationError(
+            f"dialect {name!r} needs its optional driver: pip install 'dbqueue[{name}]'"
+        )
+    cls = BY_NAME[name]
+    if cls.url_driver == "sqlite":
+        return f"sqlite:///{database or 'dbqueue.db'}"
+    port = env_first(env, "DB_PORT", "DATABASE_PORT")
+    built = sa.engine.URL.create(
+        cls.url_driver,
+        username=env_first(env, "DB_USER", "DATABASE_USER"),
+        password=env_first(env, "DB_PASS", "DATABASE_PASS"),
+        host=host or "127.0.0.1",
+        port=parse_number(port, "DB_PORT", int, 1) if port else cls.default_port,
+        database=database,
+    )
+    return built.render_as_string(hide_password=False)
+
+
+def _missing_driver(cls: type[Dialect], url: sa.engine.URL, exc: Exception) -> str:
+    """One line naming the driver to use instead: the one dbqueue installs."""
+    problem = str(exc).strip().splitlines()[0]
+    usable = cls.normalize_url(url.set(drivername=url.drivername.partition("+")[0])).drivername
+    if usable == cls.normalize_url(url).drivername:  # dbqueue's own driver is missing
+        return f"cannot use {url!r}: {problem}; reinstall dbqueue, which requires that driver"
+    return f"cannot use {url!r}: {problem}; use {usable}:// (the driver dbqueue installs)"
+
+
+def create_engine(url: str | sa.engine.URL, **kwargs: Any) -> Engine:
+    """A new engine on ``url``'s database, configured the way dbqueue needs it."""
+    parsed = parse_url(url) if isinstance(url, str) else url
+    cls = class_for_url(parsed)
+    cls.check_url(parsed)
+    options = {**cls.engine_kwargs(), **kwargs}
+    try:
+        engine = sa.create_engine(cls.normalize_url(parsed), **options)
+    except (sa.exc.NoSuchModuleError, ImportError) as exc:  # a driver that is not installed
+        raise ConfigurationError(_missing_driver(cls, parsed, exc)) from None
+    except sa.exc.ArgumentError as exc:
+        raise ConfigurationError(f"cannot create an engine for {parsed!r}: {exc}") from None
+    cls.configure_engine(engine)
+    quiet_reset_failures(engine)
+    return engine

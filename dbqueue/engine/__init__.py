@@ -1,0 +1,26 @@
+"""The job lifecycle in SQLAlchemy Core: insert, claim query, complete, fail, dead-letter, admin.
+
+One QueueEngine serves one set of queue tables on one database. Every statement it builds is the
+same on every database; what differs (the clock, column types) comes from the Dialect, and how a
+claim is made exclusive comes from the strategy, which calls ``runnable()``. Nothing here tests a
+database's name.
+
+The engine is one interface made of small parts, each a class on the shared EngineBase (tables,
+dialect, statement cache): inserts, claims, outcomes, queries, housekeeping. They are combined
+by inheritance rather than delegation so that a hot-path call costs what it did in one class.
+"""
+
+from __future__ import annotations
+
+from .claims import Claims
+from .housekeeping import Housekeeping
+from .inserts import Inserts
+from .outcomes import Outcomes
+from .queries import Queries
+from .records import FailResult, NewJob, QueueStats, truncate
+
+__all__ = ["FailResult", "NewJob", "QueueEngine", "QueueStats", "truncate"]
+
+
+class QueueEngine(Outcomes, Inserts, Claims, Queries, Housekeeping):
+    """Every job-lifecycle statement on one set of queue tables of one database."""

@@ -1,0 +1,211 @@
+"""Claims: the runnable query every strategy locks its own way, the fetch that turns claimed rows
+into Jobs, the lock-based strategies' list-then-mark pair and its undo, and the polling reads
+a worker needs between claims (due times, runnable queues, running jobs)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..job import Job, Status
+from ..sqltypes import UtcDateTime
+from .base import EngineBase
+
+
+class Claims(EngineBase):
+    def runnable(self, queue: str | None = None, limit: int | None = None) -> sa.Select:
+        """Runnable jobs of one queue in claim order; strategies add their locking to it.
+
+        Without arguments the queue and limit are the bind parameters ``queue`` and ``limit``
+        (what the claim executes); with them, the values are bound (for EXPLAIN and tests).
+        """
+        stmt = self.statement("runnable", self._build_runnable)
+        if queue is None and limit is None:
+            return stmt
+        return stmt.params(queue=queue, limit=limit)
+
+    def _build_runnable(self) -> sa.Select:
+        j = self.jobs
+        return (
+            sa.select(*self._claim_columns(), self.db_now().label("started_at"))
+            .where(
+                j.c.status == Status.AVAILABLE,
+                j.c.queue == sa.bindparam("queue", type_=j.c.queue.type),
+                j.c.run_at <= self.dialect.now(),
+            )
+            .order_by(*self._claim_order)
+            .limit(sa.bindparam("limit", type_=sa.Integer()))
+        )
+
+    def _claim_columns(self) -> list[sa.ColumnElement]:
+        return [
+            self.dialect.payload_read(column) if column.name == "payload" else column
+            for column in self._job_columns
+        ]
+
+    def fetch_jobs(
+        self, conn: Connection, stmt: sa.Select, queue: str, limit: int, attempt_increment: int
+    ) -> list[Job]:
+        """Execute a claim built on ``runnable()`` and turn its rows into Jobs.
+
+        A row whose values cannot make a Job (written by hand into SQLite, which stores any
+        text in any column) would fail every claim that reaches it: such rows are set aside as
+        dead, each with a message naming the problem, and the claim returns nothing this round.
+        """
+        compiled = self.compiled(stmt)
+        for _ in range(2):
+            rows = compiled.raw_rows(conn, {"queue": queue, "limit": limit})
+            try:
+                return [Job.from_tuple(compiled.process(row), attempt_increment) for row in rows]
+            except (TypeError, ValueError):
+                if not self.set_aside_unreadable(conn, [row[0] for row in rows]):
+                    raise
+        return []
+
+    def set_aside_unreadable(self, conn: Connection, ids: Sequence[int]) -> int:
+        """Mark dead, with a message, those of ``ids`` whose rows cannot make a Job."""
+        j = self.jobs
+        found = 0
+        for job_id in ids:
+            try:
+                row = conn.execute(sa.select(*self._job_columns).where(j.c.id == job_id)).one()
+                Job.from_tuple((*row, None), 0)
+            except (TypeError, ValueError) as exc:
+                now = self.dialect.now()
+                message = (
+                    f"the row of job {job_id} cannot be read ({type(exc).__name__}: {exc}); it "
+                    "was probably written by hand with a value its column cannot hold: fix the "
+                    f"row, then requeue it (dbqueue dead requeue {job_id})"
+                )
+                conn.execute(
+                    sa.update(j)
+                    .where(j.c.id == job_id, j.c.status == Status.AVAILABLE)
+                    .values(status=Status.DEAD, message=message, finished_at=now, updated_at=now)
+                )
+                found += 1
+        return found
+
+    def candidate_ids(self, conn: Connection, queue: str, limit: int, offset: int = 0) -> list[int]:
+        """Ids of runnable jobs in claim order, without locking (lock-based strategies)."""
+        j = self.jobs
+        stmt = (
+            sa.select(j.c.id)
+            .where(
+                j.c.status == Status.AVAILABLE,
+                j.c.queue == queue,
+                j.c.run_at <= self.dialect.now(),
+            )
+            .order_by(*self._claim_order)
+            .limit(limit)
+            .offset(offset)
+        )
+        return list(conn.execute(stmt).scalars())
+
+    def claim_ids(self, conn: Connection, ids: Sequence[int], worker_id: str) -> list[Job]:
+        """Mark jobs whose locks the caller holds as running, counting the attempt, and return
+        those still runnable (another worker may have finished one since it was listed)."""
+        j = self.jobs
+        now = self.dialect.now()
+        stmt = (
+            sa.update(j)
+            .where(
+                j.c.id.in_(ids),
+                self.dialect.unindexed(j.c.status) == Status.AVAILABLE,
+                j.c.run_at <= now,
+            )
+            .values(
+                status=Status.RUNNING,
+                attempt=j.c.attempt + 1,
+                started_at=now,
+                first_attempt_at=sa.func.coalesce(j.c.first_attempt_at, now),
+                worker_id=worker_id,
+                updated_at=now,
+            )
+        )
+        columns = (*self._job_columns, j.c.started_at)
+        if conn.dialect.update_returning:
+            rows = conn.execute(stmt.returning(*columns)).all()
+        else:
+            conn.execute(stmt)
+            rows = conn.execute(
+                sa.select(*columns).where(
+                    j.c.id.in_(ids), j.c.status == Status.RUNNING, j.c.worker_id == worker_id
+                )
+            ).all()
+        jobs = [Job.from_tuple(row, 0) for row in rows]
+        jobs.sort(key=lambda job: tuple(getattr(job, name) for name in self._claim_key))
+        return jobs
+
+    def release_claims(
+        self, conn: Connection, jobs: Sequence[Job], claimed_by: str | None = None
+    ) -> None:
+        """Undo claim_ids for jobs that were never started (the worker is stopping), or whose
+        transaction rolled back; ``claimed_by`` leaves alone jobs another worker took over."""
+        if not jobs:
+            return
+        j = self.jobs
+        now = self.dialect.now()
+        guard = [
+            j.c.id.in_([job.id for job in jobs]),
+            j.c.status == Status.RUNNING,
+            *self._claimed_by(claimed_by),
+        ]
+        # Ordered: MySQL evaluates SET left to right, so columns read before attempt changes.
+        conn.execute(
+            sa.update(j)
+            .where(*guard)
+            .ordered_values(
+                (
+                    j.c.first_attempt_at,
+                    sa.case((j.c.attempt <= 1, sa.null()), else_=j.c.first_attempt_at),
+                ),
+                (j.c.started_at, j.c.previous_attempt_at),
+                (j.c.status, Status.AVAILABLE),
+                (j.c.attempt, j.c.attempt - 1),
+                (j.c.worker_id, None),
+                (j.c.updated_at, now),
+            )
+        )
+
+    def running_jobs(self, conn: Connection, limit: int) -> list[Job]:
+        j = self.jobs
+        rows = conn.execute(
+            sa.select(*self._job_columns, j.c.started_at)
+            .where(j.c.status == Status.RUNNING)
+            .order_by(j.c.id)
+            .limit(limit)
+        )
+        return [Job.from_tuple(row, 0) for row in rows]
+
+    def runnable_queues(self, conn: Connection, waited: float = 0.0) -> list[str]:
+        """Queues holding jobs that have been runnable for at least ``waited`` seconds."""
+        j = self.jobs
+        rows = conn.execute(
+            sa.select(j.c.queue)
+            .where(j.c.status == Status.AVAILABLE, j.c.run_at <= self.dialect.now_plus(-waited))
+            .group_by(j.c.queue)
+        )
+        return sorted(rows.scalars())
+
+    def next_due_in(self, conn: Connection, queues: Sequence[str]) -> float | None:
+        """Seconds until the earliest scheduled job of these queues becomes runnable.
+
+        Only future jobs count: past-due ones that a claim did not get are held by other
+        workers (a SKIP LOCKED claim leaves them 'available' until it commits).
+        """
+        j = self.jobs
+        soonest = conn.execute(
+            sa.select(
+                sa.type_coerce(sa.func.min(j.c.run_at), UtcDateTime()),
+                self.db_now(),
+            ).where(
+                j.c.status == Status.AVAILABLE,
+                j.c.queue.in_(list(queues)),
+                j.c.run_at > self.dialect.now(),
+            )
+        ).one()
+        if soonest[0] is None:
+            return None
+        return max(0.0, (soonest[0] - soonest[1]).total_seconds())

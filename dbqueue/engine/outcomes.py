@@ -1,0 +1,180 @@
+"""Outcomes of a claimed job: a batch completed in one UPDATE (precompiled per batch length, the
+worker's hot path), a failure retried or dead, and the dead-letter job that carries a dead job's
+payload to its dead handler."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .. import payload as payload_codec
+from ..job import Job, MalformedPayload, Status
+from .inserts import Inserts
+from .records import FailResult, NewJob, truncate
+
+
+@functools.cache
+def _id_names(size: int) -> tuple[str, ...]:
+    """Bind names of a completion's ids: ``id_0`` … ``id_<size-1>``."""
+    return tuple(f"id_{i}" for i in range(size))
+
+
+class Outcomes(Inserts):
+    """Extends Inserts: a dead job's dead-letter job is inserted in the same transaction."""
+
+    def complete(
+        self,
+        conn: Connection,
+        done: Sequence[tuple[Job, str | None]],
+        *,
+        attempt_increment: int,
+        expected_status: str,
+        worker_id: str,
+        claimed_by: str | None = None,
+    ) -> int:
+        """Mark a batch succeeded with one UPDATE; returns how many rows it changed.
+
+        ``claimed_by``: only rows this worker claimed (a committed claim's fence: a job that
+        was rescued and claimed again since belongs to someone else)."""
+        if not done:
+            return 0
+        messages = {job.id: truncate(message) for job, message in done if message is not None}
+        params = {
+            "expected_status": expected_status,
+            "increment": attempt_increment,
+            "started": done[0][0].started_at,
+            "worker_id": worker_id,
+        }
+        fenced = claimed_by is not None
+        if fenced:
+            params["claimed_by"] = claimed_by
+        ids = [job.id for job, _ in done]
+        if not messages:
+            # One statement per batch length, ids as separate parameters: compiled in advance.
+            size = len(ids)
+            stmt = self.statement(
+                f"complete:{fenced}:{size}",
+                lambda: self._build_complete(sa.null(), fenced, self._id_list(size)),
+            )
+            params.update(zip(_id_names(size), ids, strict=True))
+            return self.compiled(stmt).rowcount(conn, params)
+        # Handlers that return a message: one CASE arm per message (rarer, built per batch).
+        j = self.jobs
+        params["ids"] = ids
+        stmt = self._build_complete(
+            sa.case(messages, value=j.c.id, else_=sa.null()),
+            fenced,
+            self.dialect.in_list(j.c.id, "ids"),
+        )
+        return conn.execute(stmt, params).rowcount
+
+    def _id_list(self, size: int) -> sa.ColumnElement:
+        id_type = self.jobs.c.id.type
+        binds = [sa.bindparam(name, type_=id_type) for name in _id_names(size)]
+        return self.jobs.c.id.in_(binds)
+
+    def _build_complete(
+        self, message: sa.ColumnElement, fenced: bool, ids: sa.ColumnElement
+    ) -> sa.Update:
+        j = self.jobs
+        now = self.dialect.now()
+        started = sa.bindparam("started", type_=j.c.started_at.type)
+        fence = [j.c.worker_id == sa.bindparam("claimed_by", type_=j.c.worker_id.type)]
+        return (
+            sa.update(j)
+            .where(
+                ids,
+                self.dialect.unindexed(j.c.status)
+                == sa.bindparam("expected_status", type_=j.c.status.type),
+                *(fence if fenced else []),
+            )
+            .values(
+                status=Status.SUCCEEDED,
+                attempt=j.c.attempt + sa.bindparam("increment", type_=sa.Integer()),
+                message=message,
+                started_at=started,
+                first_attempt_at=sa.func.coalesce(j.c.first_attempt_at, started),
+                finished_at=now,
+                updated_at=now,
+                worker_id=sa.bindparam("worker_id", type_=j.c.worker_id.type),
+            )
+        )
+
+    def fail(
+        self,
+        conn: Connection,
+        job: Job,
+        message: str,
+        *,
+        retry_in: float | None,
+        attempt_increment: int,
+        expected_status: str,
+        worker_id: str,
+        dead_letter: bool,
+        claimed_by: str | None = None,
+        same_attempt: bool = False,
+    ) -> FailResult:
+        """Record a failed attempt: retry after ``retry_in`` seconds, or mark the job dead.
+
+        When the job dies and its task has a dead handler, a new job with the same payload, the
+        dead flag and the live job's id is inserted in the same transaction (the seed's
+        dead queue). ``claimed_by`` fences the UPDATE like ``complete()``'s; a job the UPDATE
+        did not change (no longer ours, or already finished) gets no dead-letter job.
+        ``same_attempt``: change the row only if it is still at the attempt that ran (a
+        compare-and-set for outcomes written outside the claim's transaction, which another
+        worker may have claimed again since).
+        """
+        j = self.jobs
+        message = truncate(message)
+        now = self.dialect.now()
+        values: dict[str, Any] = {
+            "attempt": j.c.attempt + attempt_increment,
+            "message": message,
+            "started_at": job.started_at,
+            "first_attempt_at": sa.func.coalesce(j.c.first_attempt_at, job.started_at),
+            "previous_attempt_at": job.started_at,
+            "previous_status": Status.FAILED,
+            "previous_message": message,
+            "updated_at": now,
+            "worker_id": worker_id,
+        }
+        if retry_in is None:
+            values.update(status=Status.DEAD, finished_at=now)
+        else:
+            values.update(status=Status.AVAILABLE, run_at=self.dialect.now_plus(retry_in))
+        guard = [j.c.id == job.id, j.c.status == expected_status, *self._claimed_by(claimed_by)]
+        if same_attempt:
+            guard.append(j.c.attempt == job.attempt - attempt_increment)
+        changed = conn.execute(sa.update(j).where(*guard).values(values)).rowcount
+        if changed and retry_in is None and dead_letter and not job.dead:
+            return FailResult(changed, self.insert(conn, self.dead_letter_of(job)))
+        return FailResult(changed)
+
+    @staticmethod
+    def dead_letter_of(job: Job) -> NewJob:
+        stored = job.payload
+        encoded = (
+            payload_codec.EncodedPayload(stored.raw)
+            if isinstance(stored, MalformedPayload)
+            else payload_codec.encode(stored, max_bytes=None)
+        )
+        return NewJob(
+            task=job.task,
+            payload=encoded,
+            queue=job.queue,
+            priority=job.priority,
+            max_attempts=job.max_attempts,
+            external_key=job.external_key,
+            origin=job.origin,
+            destination=job.destination,
+            tenant=job.tenant,
+            business_group=job.business_group,
+            publication_id=job.publication_id,
+            subscription_id=job.subscription_id,
+            dead=True,
+            live_id=job.id,
+        )

@@ -1,0 +1,122 @@
+"""Reads and admin writes for the API, the CLI and the dashboard: one job, equivalent jobs,
+per-queue stats, the dead jobs and their requeue. Off the hot path: plain Core statements."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .. import payload as payload_codec
+from ..job import Status
+from ..sqltypes import UtcDateTime
+from .base import EngineBase
+from .records import QueueStats
+
+
+class Queries(EngineBase):
+    def get(self, conn: Connection, job_id: int) -> dict[str, Any] | None:
+        with self.translate_errors():
+            row = conn.execute(sa.select(self.jobs).where(self.jobs.c.id == job_id)).first()
+        return dict(row._mapping) if row is not None else None
+
+    def find_equivalent(
+        self,
+        conn: Connection,
+        task: str,
+        encoded: payload_codec.EncodedPayload,
+        statuses: Iterable[str],
+        filters: dict[str, Any],
+    ) -> list[dict[str, Any]]:
+        j = self.jobs
+        stmt = sa.select(self.jobs).where(
+            j.c.task == task,
+            j.c.payload_hash == payload_codec.payload_hash(encoded),
+            j.c.status.in_(list(statuses)),
+        )
+        for column, value in filters.items():
+            stmt = stmt.where(j.c[column].is_(None) if value is None else j.c[column] == value)
+        with self.translate_errors():
+            rows = conn.execute(stmt.order_by(j.c.id)).all()
+        return [dict(row._mapping) for row in rows]
+
+    def stats(self, conn: Connection) -> tuple[list[QueueStats], dt.datetime]:
+        """Counts per queue and status, scheduled jobs, and the age of the oldest runnable job."""
+        j = self.jobs
+        now = self.dialect.now()
+        waiting = j.c.status == Status.AVAILABLE
+        scheduled = sa.case((sa.and_(waiting, j.c.run_at > now), 1), else_=0)
+        runnable_since = sa.case((sa.and_(waiting, j.c.run_at <= now), j.c.run_at), else_=None)
+        stmt = sa.select(
+            j.c.queue,
+            j.c.status,
+            sa.func.count().label("n"),
+            sa.func.sum(scheduled).label("scheduled"),
+            sa.type_coerce(sa.func.min(runnable_since), UtcDateTime()).label("oldest"),
+        ).group_by(j.c.queue, j.c.status)
+        with self.translate_errors():
+            db_now = conn.execute(sa.select(self.db_now())).scalar_one()
+            rows = conn.execute(stmt).all()
+        by_queue: dict[str, dict[str, Any]] = {}
+        for queue, status, n, n_scheduled, oldest in rows:
+            entry = by_queue.setdefault(queue, {"counts": {}, "scheduled": 0, "oldest": None})
+            entry["counts"][status] = int(n)
+            entry["scheduled"] += int(n_scheduled or 0)
+            if oldest is not None:
+                entry["oldest"] = (
+                    oldest if entry["oldest"] is None else min(entry["oldest"], oldest)
+                )
+        result = [
+            QueueStats(
+                queue=queue,
+                counts=entry["counts"],
+                scheduled=entry["scheduled"],
+                oldest_runnable_age=(db_now - entry["oldest"]).total_seconds()
+                if entry["oldest"] is not None
+                else None,
+            )
+            for queue, entry in sorted(by_queue.items())
+        ]
+        return result, db_now
+
+    def dead_jobs(self, conn: Connection, queue: str | None, limit: int) -> list[dict[str, Any]]:
+        j = self.jobs
+        stmt = sa.select(self.jobs).where(j.c.status == Status.DEAD)
+        if queue is not None:
+            stmt = stmt.where(j.c.queue == queue)
+        with self.translate_errors():
+            rows = conn.execute(stmt.order_by(j.c.finished_at.desc(), j.c.id.desc()).limit(limit))
+            return [dict(row._mapping) for row in rows]
+
+    def requeue_dead(self, conn: Connection, ids: Sequence[int]) -> list[int]:
+        """Put dead jobs back to run now with a fresh attempt count; returns the ids requeued."""
+        j = self.jobs
+        with self.translate_errors():
+            found = (
+                conn.execute(sa.select(j.c.id).where(j.c.id.in_(ids), j.c.status == Status.DEAD))
+                .scalars()
+                .all()
+            )
+            if found:
+                now = self.dialect.now()
+                # previous_message is assigned first: MySQL evaluates SET left to right with the
+                # values already assigned, so it must copy message before message changes.
+                conn.execute(
+                    sa.update(j)
+                    .where(j.c.id.in_(found), j.c.status == Status.DEAD)
+                    .ordered_values(
+                        (j.c.previous_message, j.c.message),
+                        (j.c.previous_status, Status.DEAD),
+                        (j.c.message, "requeued from the dead jobs"),
+                        (j.c.status, Status.AVAILABLE),
+                        (j.c.attempt, 0),
+                        (j.c.run_at, now),
+                        (j.c.finished_at, None),
+                        (j.c.worker_id, None),
+                        (j.c.updated_at, now),
+                    )
+                )
+        return sorted(int(i) for i in found)

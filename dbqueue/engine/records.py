@@ -1,0 +1,88 @@
+"""The values that cross the engine's interface: a job to insert, what a failure did, a queue's
+counts, and the length limit every stored message obeys."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .. import payload as payload_codec
+from ..schema import MAX_MESSAGE_CHARS
+
+
+def truncate(message: str | None) -> str | None:
+    if message is None or len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return message[: MAX_MESSAGE_CHARS - 20] + "\n…[truncated]"
+
+
+@dataclass(slots=True)
+class NewJob:
+    """One job to insert; built and validated by the client API."""
+
+    task: str
+    payload: payload_codec.EncodedPayload | None
+    queue: str
+    priority: int
+    max_attempts: int
+    delay: float | None = None
+    run_at: dt.datetime | None = None
+    external_key: str | None = None
+    origin: str | None = None
+    destination: str | None = None
+    tenant: int | None = None
+    business_group: str | None = None
+    publication_id: int | None = None
+    subscription_id: str | None = None
+    dead: bool = False
+    live_id: int | None = None
+
+    def values(self) -> dict[str, Any]:
+        """Column values: the always-set columns and the optional ones this job sets."""
+        payload = self.payload
+        row = {
+            "task": self.task,
+            "queue": self.queue,
+            "payload": payload,
+            "payload_hash": None if payload is None else payload_codec.payload_hash(payload),
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+        }
+        for name in _OPTIONAL:
+            value = getattr(self, name)
+            if value is not None and value is not False:
+                row[name] = value
+        return row
+
+    @property
+    def timing(self) -> str:
+        """How run_at is set: by the server default, from a delay, or to an explicit time."""
+        if self.run_at is not None:
+            return "run_at"
+        return "delay" if self.delay else "now"
+
+
+# Columns every insert sets; the optional ones (every other field but the delay, which is not
+# a column) are sent only when a job sets them, the others keep their server defaults: that
+# keeps bulk inserts small, as most jobs set none of them.
+_ALWAYS = ("task", "queue", "payload", "payload_hash", "priority", "max_attempts")
+_OPTIONAL = tuple(
+    field.name for field in fields(NewJob) if field.name not in _ALWAYS and field.name != "delay"
+)
+
+
+@dataclass(frozen=True)
+class FailResult:
+    """What ``fail()`` did: rows changed (0 if the job was no longer ours), dead-letter job id."""
+
+    changed: int
+    dead_letter_id: int | None = None
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    counts: dict[str, int]
+    scheduled: int
+    oldest_runnable_age: float | None

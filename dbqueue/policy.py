@@ -1,0 +1,47 @@
+"""What a failed attempt leads to: a retry after the backoff, or death (and a dead-letter job).
+
+One rule for every place that records a failure: the worker's executor (a handler raised, timed
+out or was abandoned) and the rescue routine (the job's worker died).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from .engine import FailResult, QueueEngine
+from .job import Job
+from .retry import Backoff, retry_delay
+from .tasks import TaskRegistry
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The registry's per-task backoff and dead handlers, else the App's default backoff."""
+
+    registry: TaskRegistry
+    default_backoff: Backoff
+
+    def retry_in(self, job: Job) -> float | None:
+        """Seconds until the next attempt, or None: attempts are exhausted, the job is dead."""
+        backoff = self.registry.backoff_for(job) or self.default_backoff
+        return retry_delay(job.attempt, job.max_attempts, backoff)
+
+    def fail(
+        self, conn: Connection, engine: QueueEngine, job: Job, message: str, **where: Any
+    ) -> tuple[FailResult, float | None]:
+        """Record the failed attempt; ``where`` narrows the UPDATE (expected status, worker id,
+        attempt increment …, see ``QueueEngine.fail``). Returns the result and the retry
+        delay (None: dead)."""
+        delay = self.retry_in(job)
+        failed = engine.fail(
+            conn,
+            job,
+            message,
+            retry_in=delay,
+            dead_letter=self.registry.has_dead_handler(job),
+            **where,
+        )
+        return failed, delay

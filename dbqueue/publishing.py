@@ -1,0 +1,84 @@
+"""Publishing on a topic: one publication row, and one delivery job per matching subscription."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import Connection
+
+from .client import build_job
+from .engine import NewJob
+from .identifiers import check_task_name
+from .pubsub import PUBLICATION_MARKER, publication_message
+from .schema import DEFAULT_PRIORITY
+
+if TYPE_CHECKING:
+    from .runtime import RuntimeContext
+
+#: Options that, when the caller leaves them out, come from each subscriber's registration.
+SUBSCRIBER_OPTIONS = ("queue", "priority", "max_attempts")
+
+
+def publish(
+    context: RuntimeContext,
+    conn: Connection,
+    topic: str,
+    payload: Any,
+    options: Mapping[str, Any],
+    webhooks_only: bool,
+) -> tuple[int, list[str]]:
+    """Insert the publication and its deliveries on ``conn``; returns the publication id and
+    the deliveries' queues (to wake once committed)."""
+    check_task_name(topic)
+    explicit = {name: options.get(name) for name in SUBSCRIBER_OPTIONS}
+    others = {k: v for k, v in options.items() if k not in SUBSCRIBER_OPTIONS}
+    # Validated and encoded once, before anything touches the database.
+    template = build_job(
+        topic,
+        payload,
+        queue=explicit["queue"] or context.default_queue,
+        priority=DEFAULT_PRIORITY if explicit["priority"] is None else explicit["priority"],
+        max_attempts=explicit["max_attempts"] or context.max_attempts,
+        max_payload_bytes=context.max_payload_bytes,
+        **others,
+    )
+    record = dataclasses.replace(
+        template, delay=None, run_at=None, subscription_id=PUBLICATION_MARKER
+    )
+    reached = context.subscriptions.matching(
+        conn, topic, template.tenant, template.business_group, webhooks_only
+    )
+    message = publication_message(
+        topic, reached, template.tenant, template.business_group, webhooks_only
+    )
+    engine = context.queue_engine(conn)
+    publication_id = engine.insert_finished(conn, record, message)
+    deliveries = [
+        _delivery(context, template, publication_id, subscription_id, explicit)
+        for subscription_id in reached
+    ]
+    if deliveries:
+        engine.insert_many(conn, deliveries)
+    return publication_id, [delivery.queue for delivery in deliveries]
+
+
+def _delivery(
+    context: RuntimeContext,
+    template: NewJob,
+    publication_id: int,
+    subscription_id: str,
+    explicit: Mapping[str, Any],
+) -> NewJob:
+    """One subscription's job: explicit options, else its subscriber's, else the App's."""
+    definition = context.registry.subscriber(template.task, subscription_id)
+    changes: dict[str, Any] = {}
+    if definition is not None:
+        for option in SUBSCRIBER_OPTIONS:
+            registered = getattr(definition, option)
+            if explicit[option] is None and registered is not None:
+                changes[option] = registered
+    return dataclasses.replace(
+        template, publication_id=publication_id, subscription_id=subscription_id, **changes
+    )

@@ -1,0 +1,139 @@
+"""Registering handlers on an App: tasks, dead handlers, subscribers (a part of the facade)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+
+from typing_extensions import Unpack
+
+from .client import _check_int
+from .errors import ConfigurationError
+from .identifiers import check_subscription_id
+from .retry import Backoff, linear_backoff
+from .tasks import Handler, TaskDefinition
+
+if TYPE_CHECKING:
+    from .runtime import RuntimeContext
+
+#: A decorated handler keeps its own signature for type checkers.
+H = TypeVar("H", bound=Handler)
+
+
+class HandlerOptions(TypedDict, total=False):
+    """The options of ``@app.task`` and ``@app.subscriber``, written once."""
+
+    queue: str | None  # default queue of its jobs
+    priority: int | None  # default priority of its jobs
+    max_attempts: int | None  # default attempts of its jobs
+    backoff: Backoff | None  # attempt -> seconds before the retry
+    retry_base_interval: float | None  # or: base × attempt (not with backoff)
+    dead_handler: Handler | None  # runs once the job's attempts are exhausted
+
+
+def _definition(
+    call: str, name: str, handler: Handler, options: Mapping[str, Any], **extra: Any
+) -> TaskDefinition:
+    unknown = sorted(set(options) - set(HandlerOptions.__annotations__))
+    if unknown:
+        raise TypeError(f"{call}() got unexpected keyword argument(s) {', '.join(unknown)}")
+    backoff, base_interval = options.get("backoff"), options.get("retry_base_interval")
+    if backoff is not None and base_interval is not None:
+        raise ConfigurationError("pass either backoff or retry_base_interval, not both")
+    if base_interval is not None:
+        backoff = linear_backoff(base_interval)
+    return TaskDefinition(
+        name=name,
+        handler=handler,
+        queue=options.get("queue"),
+        priority=options.get("priority"),
+        max_attempts=options.get("max_attempts"),
+        backoff=backoff,
+        dead_handler=options.get("dead_handler"),
+        **extra,
+    )
+
+
+class HandlerRegistration:
+    """The decorators of ``App``; the handlers land in the runtime context's registry, which
+    the workers read."""
+
+    context: RuntimeContext
+
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        timeout: float | None = None,
+        **options: Unpack[HandlerOptions],
+    ) -> Callable[[H], H]:
+        """Register ``handler(job, session)`` for a task name (default: the function's name).
+
+        ``queue``, ``priority`` and ``max_attempts`` become the defaults for jobs enqueued with
+        this task name; ``backoff`` (attempt → seconds) or ``retry_base_interval`` replace the
+        App's retry delay for it; ``dead_handler`` runs once the job's attempts are exhausted.
+        ``timeout``: seconds a run may take; past it the attempt fails with JobTimeoutError
+        and is retried by the usual rules (overrides the worker's ``job_timeout``).
+        """
+        _definition("task", name or "-", _no_handler, options)  # options checked now
+
+        def register(handler: H) -> H:
+            definition = _definition(
+                "task", name or handler.__name__, handler, options, timeout=timeout
+            )
+            self.context.registry.register(definition)
+            return handler
+
+        return register
+
+    def dead_handler(self, task: str) -> Callable[[H], H]:
+        """Register ``handler(job, session)`` to run on a task's dead-letter jobs
+        (``job.dead`` is True and ``job.live_id`` is the id of the job that died)."""
+
+        def register(handler: H) -> H:
+            self.context.registry.add_dead_handler(task, handler)
+            return handler
+
+        return register
+
+    def subscriber(
+        self, topic: str, subscription_id: str, **options: Unpack[HandlerOptions]
+    ) -> Callable[[H], H]:
+        """Register ``handler(job, session)`` for the deliveries of one subscription of a topic
+        (``job.payload`` is the published payload; ``job.publication_id`` and
+        ``job.subscription_id`` say which publication and subscription).
+
+        The options are those of ``task``; ``queue``, ``priority`` and ``max_attempts`` apply to
+        deliveries published through an App that has this registration.
+        """
+        _definition("subscriber", topic, _no_handler, options)  # options checked now
+        check_subscription_id(subscription_id)
+        if options.get("priority") is not None:
+            _check_int("priority", options["priority"])
+        if options.get("max_attempts") is not None:
+            _check_int("max_attempts", options["max_attempts"], minimum=1)
+
+        def register(handler: H) -> H:
+            definition = _definition(
+                "subscriber", topic, handler, options, subscription_id=subscription_id
+            )
+            self.context.registry.register_subscriber(definition)
+            return handler
+
+        return register
+
+    def dead_subscriber(self, topic: str, subscription_id: str) -> Callable[[H], H]:
+        """Register ``handler(job, session)`` for a subscription's deliveries whose attempts are
+        exhausted (``job.dead`` is True, ``job.live_id`` is the delivery that died). A webhook
+        subscription may have one too."""
+        check_subscription_id(subscription_id)
+
+        def register(handler: H) -> H:
+            self.context.registry.add_dead_subscriber(topic, subscription_id, handler)
+            return handler
+
+        return register
+
+
+def _no_handler(job: Any, session: Any) -> None:
+    """Stands in for the handler while the options are checked, before the decorator runs."""

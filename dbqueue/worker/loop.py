@@ -1,0 +1,301 @@
+"""A worker thread's loop: claim a batch from each queue in turn, run it, and when nothing is
+runnable wait — one idle thread polls for all, the others wait for it or for a push."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from ..errors import SchemaMissingError
+from ..lockserver.client import LockServerUnavailableError
+from ..wakeup import Notifier, WakeSignal
+from .executor import BatchExecutor, BatchResult
+from .joblog import JobLog, JobLogWriter
+from .process import discard as _discard
+from .process import first_line as _first_line
+from .watchdog import Abandoned, Slot, Watchdog
+
+if TYPE_CHECKING:
+    from ..runtime import RuntimeContext
+    from ..strategies import ClaimStrategy
+    from .runner import WorkerSummary
+
+log = logging.getLogger("dbqueue.worker")
+
+# A batch grows while its jobs are this fast on average; slower jobs are claimed one at a time so
+# that idle threads can take the rest instead of waiting behind a long handler.
+FAST_JOB_SECONDS = 0.05
+MAX_RECONNECT_DELAY = 30.0
+#: Idle sleeps shorter than this are not worth a query for the next scheduled job.
+SHORT_SLEEP = 0.5
+#: After an early wake-up (sent just before the enqueue's commit), idle threads look again after
+#: this long, doubling up to EARLY_WAKE_LAST: the job may not have been visible yet.
+EARLY_WAKE_FIRST = 0.005
+EARLY_WAKE_LAST = 1.0
+#: While a queue is empty one idle thread polls for all; the others wait for it to find work
+#: (or for a push), with this long a safety net.
+FOLLOWER_WAIT = 30.0
+
+
+@dataclass
+class _ThreadState:
+    """What one worker thread carries from round to round."""
+
+    turn: int
+    idle: float
+    early_seen: int
+    conn: Connection | None = None
+    failures: int = 0
+    batch: int = 1
+    recheck: float = EARLY_WAKE_LAST * 2  # no early wake pending
+    polling: bool = False  # this thread is the idle poller
+
+
+class ClaimLoop:
+    """The per-thread part of ``Worker`` (a mixin: the attributes below are the Worker's)."""
+
+    context: RuntimeContext
+    name: str
+    queues: list[str]
+    burst: bool
+    batch_size: int
+    max_jobs: int | None
+    min_poll_interval: float
+    poll_interval: Any
+    job_timeout: float | None
+    job_log_writer: JobLogWriter | None
+    strategy: ClaimStrategy | None
+    notifier: Notifier | None
+    watchdog: Watchdog | None
+    summary: WorkerSummary
+    _engine: Engine | None
+    _signal: WakeSignal
+    _stop: threading.Event
+    _lock: threading.Lock
+    _idle_poller: threading.Lock
+    _early_wakes: int
+    _reserved: int
+    _fatal: BaseException | None
+
+    stopping: bool  # the Worker's property
+    stop: Callable[[], None]  # the Worker's method
+
+    def _thread_main(self, index: int) -> None:
+        try:
+            self._thread_loop(index)
+        except Abandoned:
+            log.info("abandoned worker thread %d unblocked and ended without writing", index)
+        except BaseException:  # a bug: say so, and let the supervisor see the thread end
+            log.exception("worker thread %d stopped by an unexpected error", index)
+
+    def _thread_loop(self, index: int) -> None:
+        assert self.strategy is not None and self._engine is not None
+        slot = self.watchdog.slot(index) if self.watchdog is not None else None
+        executor = BatchExecutor(
+            self.context,
+            self.strategy,
+            f"{self.name}:{index}",
+            watchdog=self.watchdog,
+            slot=slot,
+            default_timeout=self.job_timeout,
+            job_log=JobLog(self.job_log_writer) if self.job_log_writer is not None else None,
+        )
+        state = _ThreadState(turn=index, idle=self.min_poll_interval, early_seen=self._early_wakes)
+        try:
+            while not self.stopping and self._budget_left():
+                seen = self._signal.generation
+                if self._early_wakes != state.early_seen:
+                    state.early_seen, state.recheck = self._early_wakes, EARLY_WAKE_FIRST
+                outcome = self._guarded_round(state, executor, slot)
+                if outcome is None:  # an error, already backed off from: go round again
+                    continue
+                claimed, seconds = outcome
+                state.turn += 1
+                if claimed:
+                    self._after_work(state, claimed, seconds)
+                    continue
+                if self.burst:
+                    break
+                self._wait_idle(state, seen)
+        finally:
+            if state.polling:
+                self._idle_poller.release()
+            if slot is not None:
+                self.watchdog.forget(slot)  # type: ignore[union-attr]
+            _discard(state.conn, broken=slot is not None and slot.abandoned)
+
+    def _guarded_round(
+        self, state: _ThreadState, executor: BatchExecutor, slot: Slot | None
+    ) -> tuple[int, float] | None:
+        """One round; after an error, log and back off and return None. Missing tables stop
+        the whole worker: no retry can fix them."""
+        assert self._engine is not None
+        try:
+            if state.conn is None:
+                state.conn = self._engine.connect()
+            outcome = self._round(state.conn, executor, state.batch, state.turn)
+        except SchemaMissingError as exc:
+            self._fatal = exc
+            self.stop()
+            return None
+        except Exception as exc:  # database gone, deadlock, bug: log, back off, go on
+            if slot is not None and slot.abandoned:
+                raise Abandoned from None
+            lost = state.conn is not None and state.conn.invalidated
+            state.conn = _discard(state.conn, broken=True)
+            state.failures += 1
+            self._after_error(exc, state.failures, lost)
+            return None
+        state.failures = 0
+        return outcome
+
+    def _after_work(self, state: _ThreadState, claimed: int, seconds: float) -> None:
+        if state.polling:  # work again: another idle thread takes over the polling
+            state.polling = False
+            self._idle_poller.release()
+        if claimed >= state.batch:  # a full batch: there may be more, wake a helper
+            self._signal.wake()
+        fast = seconds / claimed < FAST_JOB_SECONDS
+        state.batch = min(self.batch_size, state.batch * 2) if fast else 1
+        state.idle = self.min_poll_interval
+
+    def _wait_idle(self, state: _ThreadState, seen: int) -> None:
+        """Nothing to claim: one idle thread polls for all, the others wait for it (or a push)."""
+        state.batch = 1
+        state.polling = state.polling or self._idle_poller.acquire(blocking=False)
+        if state.polling:
+            assert state.conn is not None
+            timeout = self._idle_timeout(state.conn, state.idle)
+            if state.recheck <= EARLY_WAKE_LAST:
+                timeout, state.recheck = min(timeout, state.recheck), state.recheck * 2
+        else:
+            timeout = max(FOLLOWER_WAIT, self.poll_interval or 0.0)
+        woken = self._signal.wait(seen, timeout)
+        state.idle = self.min_poll_interval if woken else min(state.idle * 2, self.poll_interval)
+
+    def _idle_timeout(self, conn: Connection, idle: float) -> float:
+        """Where inserts push wake-ups, sleep no longer than until the next scheduled job:
+        nothing else would wake the worker for it."""
+        assert self.notifier is not None
+        if not self.notifier.pushes or idle < SHORT_SLEEP:
+            return idle
+        try:
+            due = self.context.queue_engine(conn).next_due_in(conn, self.queues)
+            conn.rollback()
+        except Exception:  # only an optimisation: fall back to the poll interval
+            log.debug("could not read the next due time", exc_info=True)
+            return idle
+        return idle if due is None else min(idle, due + 0.001)
+
+    def _round(
+        self, conn: Connection, executor: BatchExecutor, batch: int, turn: int
+    ) -> tuple[int, float]:
+        """Claim from each queue in turn (starting at a different one each round)."""
+        engine = self.context.queue_engine(conn)
+        claimed = 0
+        started = time.monotonic()
+        for offset in range(len(self.queues)):
+            if self.stopping:
+                break
+            queue = self.queues[(turn + offset) % len(self.queues)]
+            limit = self._reserve(batch)
+            if limit == 0:
+                break
+            result: BatchResult | None = None
+            committed = False
+            try:
+                result = self._claim_and_run(conn, executor, engine, queue, limit)
+                committed = True
+            finally:
+                self._settle(limit, result if committed else None)
+            claimed += result.succeeded + result.failed if result else 0
+        self.summary.rounds += 1
+        return claimed, time.monotonic() - started
+
+    def _claim_and_run(
+        self, conn: Connection, executor: BatchExecutor, engine: Any, queue: str, limit: int
+    ) -> BatchResult | None:
+        assert self.strategy is not None
+        worker_id = executor.worker_id
+        if self.strategy.claims_in_transaction:
+            with conn.begin():
+                jobs = self.strategy.claim(conn, engine, queue, limit, worker_id)
+                if not jobs:
+                    return None
+                done = executor.execute(conn, engine, jobs, lambda: self.stopping)
+            executor.log_committed()
+            return done
+        jobs = self.strategy.claim(conn, engine, queue, limit, worker_id)  # commits 'running'
+        if not jobs:
+            return None
+        try:
+            result = executor.execute_committed(conn, engine, jobs, lambda: self.stopping)
+        except Abandoned:
+            raise  # the watchdog recorded the outcome; this thread writes nothing more
+        except BaseException:
+            executor.give_back(conn, engine, jobs)
+            try:
+                self.strategy.release(conn, engine, jobs)
+            except Exception:  # the original error says more; rescue frees what is left
+                log.debug("releasing the locks of a failed batch failed", exc_info=True)
+            raise
+        self.strategy.release(conn, engine, jobs)
+        return result
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _after_error(self, exc: Exception, failures: int, lost: bool = False) -> None:
+        """Back off after a failed round. ``lost``: the connection broke (whatever the error
+        that surfaced, e.g. a handler's own exception about it): a database error, not a bug."""
+        dialect = self.strategy.dialect if self.strategy else None
+        if dialect is not None and dialect.is_transient(exc):
+            log.info("transaction retried after a transient error: %s", _first_line(exc))
+            time.sleep(random.uniform(0.01, 0.1))
+            return
+        if isinstance(exc, LockServerUnavailableError):
+            # The request already waited for the connection (which reconnects with its own
+            # backoff): retry soon, so that work resumes as soon as the server is back.
+            if failures == 1 or failures % 10 == 0:
+                log.warning("%s; claims resume once it is back", exc)
+            self._stop.wait(random.uniform(0.2, 0.6))
+            return
+        delay = min(MAX_RECONNECT_DELAY, 0.5 * 2 ** (failures - 1)) * random.uniform(0.8, 1.2)
+        if isinstance(exc, sa.exc.DBAPIError) or lost:
+            orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+            log.warning("database error (%s); reconnecting in %.1fs", _first_line(orig), delay)
+        else:
+            log.error("unexpected error in the worker loop; retrying in %.1fs", delay, exc_info=exc)
+        with self._lock:
+            self.summary.reconnects += 1
+        self._stop.wait(delay)
+
+    def _budget_left(self) -> bool:
+        if self.max_jobs is None:
+            return True
+        with self._lock:
+            return self.summary.processed + self._reserved < self.max_jobs
+
+    def _reserve(self, wanted: int) -> int:
+        if self.max_jobs is None:
+            return wanted
+        with self._lock:
+            left = self.max_jobs - self.summary.processed - self._reserved
+            granted = max(0, min(wanted, left))
+            self._reserved += granted
+            return granted
+
+    def _settle(self, reserved: int, result: BatchResult | None) -> None:
+        """Return a claim's reservation and count what it committed."""
+        with self._lock:
+            if self.max_jobs is not None:
+                self._reserved -= reserved
+            if result is not None:
+                self.summary.succeeded += result.succeeded
+                self.summary.failed += result.failed

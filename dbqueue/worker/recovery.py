@@ -1,0 +1,124 @@
+"""When a handler stays blocked past its timeout: end its thread's database connection (its
+transaction rolls back, its claim is freed), record the timed-out attempt, replace the thread."""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_module
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from sqlalchemy.engine import Engine
+
+from ..job import Job
+from ..wakeup import WakeSignal
+from .executor import BatchExecutor, timeout_message
+from .process import first_line as _first_line
+from .watchdog import Slot
+
+if TYPE_CHECKING:
+    from ..runtime import RuntimeContext
+    from ..strategies import ClaimStrategy
+    from .runner import WorkerSummary
+
+log = logging.getLogger("dbqueue.worker")
+
+
+class AbandonedThreads:
+    """The watchdog's side of ``Worker`` (a mixin: the attributes below are the Worker's)."""
+
+    context: RuntimeContext
+    name: str
+    timeout_grace: float
+    strategy: ClaimStrategy | None
+    summary: WorkerSummary
+    _engine: Engine | None
+    _signal: WakeSignal
+    _lock: threading.Lock
+    _abandoned: queue_module.SimpleQueue[Slot]
+
+    def _on_stuck(self, slot: Slot) -> None:
+        """A handler stayed blocked past its timeout and the grace period (watchdog thread).
+
+        Its thread is already marked abandoned, so it will never write again. End its database
+        connection, so that its transaction rolls back and its claim (row lock, advisory lock,
+        SQLite's write lock) is released; record the timed-out attempt in a transaction of our
+        own; ask the supervisor for a replacement thread.
+        """
+        assert self._engine is not None and self.strategy is not None
+        job = slot.job
+        assert job is not None
+        log.error(
+            "job %s (%s) is still running %.1fs after its %.1fs timeout, blocked where "
+            "JobTimeoutError cannot reach it (C code: a sleep, a socket read, a lock): "
+            "abandoning thread %d, ending its database connection, starting a replacement",
+            job.id,
+            job.task,
+            self.timeout_grace,
+            slot.timeout,
+            slot.index,
+        )
+        with self._lock:
+            self.summary.abandoned_threads += 1
+        try:
+            self._end_connection(slot)
+            self._record_abandoned(slot, job)
+        finally:
+            self._abandoned.put(slot)
+            self._signal.wake()
+
+    def _end_connection(self, slot: Slot) -> None:
+        assert self._engine is not None and self.strategy is not None
+        fairy = getattr(slot.connection, "connection", None) if slot.connection else None
+        dbapi_connection = getattr(fairy, "dbapi_connection", None)
+        if dbapi_connection is None:
+            return
+        try:
+            ended = self.strategy.dialect.end_connection(self._engine, dbapi_connection)
+        except Exception as exc:
+            log.warning("could not end the stuck thread's connection: %s", _first_line(exc))
+            return
+        if not ended:
+            log.warning(
+                "%s cannot end another connection: the stuck job's claim is held until its "
+                "handler returns",
+                self.strategy.dialect.server_description,
+            )
+
+    def _record_abandoned(self, slot: Slot, job: Job) -> None:
+        assert self._engine is not None and self.strategy is not None
+        executor = BatchExecutor(self.context, self.strategy, f"{self.name}:watchdog")
+        message = (
+            f"{timeout_message(job, slot.timeout)}; it did not stop within "
+            f"{self.timeout_grace!r} s more (blocked in C code), so its thread was abandoned and "
+            "its database connection ended: its database writes were rolled back, but work "
+            "outside the database may still happen if the blocked code resumes"
+        )
+        worker_id = f"{self.name}:{slot.index}"
+        others = [other for other in slot.batch if other is not job]
+        for attempt in range(5):
+            try:
+                with self._engine.connect() as conn:
+                    engine = self.context.queue_engine(conn)
+                    committed = not self.strategy.claims_in_transaction
+                    with conn.begin():
+                        executor.record_failure(
+                            conn,
+                            engine,
+                            job,
+                            f"JobTimeoutError: {message}",
+                            claimed_by=worker_id if committed else None,
+                            guarded=True,
+                        )
+                        if committed:
+                            engine.release_claims(conn, others, claimed_by=worker_id)
+                    self.strategy.release_abandoned(engine, slot.batch, slot.thread_id)
+                break
+            except Exception as exc:
+                if attempt == 4:
+                    raise
+                log.warning("recording the timed-out job failed (%s); retrying", _first_line(exc))
+                time.sleep(0.5 * (attempt + 1))
+        with self._lock:
+            self.summary.failed += 1
