@@ -2,9 +2,10 @@
 
     python -m benchmarks.run postgresql|mariadb|sqlite [--quick]
 
-Runs W1 (throughput and the bare-SQL ceiling), W2 (wake-up latency), W3 (load on the database)
-and the 100,000-job memory run, prints a Markdown table and writes it to
-``benchmarks/results/<database>.md`` (each workload also saves its own JSON file).
+Runs W1 (throughput and the bare-SQL ceiling, and processing with the per-job log line off and
+on), W2 (wake-up latency), W3 (load on the database) and the 100,000-job memory run, prints a
+Markdown table and writes it to ``benchmarks/results/<database>.md`` (each workload also saves
+its own JSON file).
 ``--quick`` shrinks every workload (a smoke run, not figures to publish).
 """
 
@@ -47,7 +48,9 @@ def explain_claim(database: str, jobs: int) -> str:
     return "\n".join(" | ".join(str(v) for v in row) for row in rows)
 
 
-def table(w1: dict[str, Any], w2: dict[str, Any], w3: dict[str, Any], mem: dict[str, Any]) -> str:
+def table(
+    w1: dict[str, Any], w2: dict[str, Any], w3: dict[str, Any], mem: dict[str, Any], jlog: dict
+) -> str:
     lat = w2["latency_ms"]
     p, idle = w3["processing"], w3["idle_worker"]
     ceiling = w1["process_ceiling_jobs_per_s"]
@@ -63,6 +66,9 @@ def table(w1: dict[str, Any], w2: dict[str, Any], w3: dict[str, Any], mem: dict[
          f"{w1['process_jobs_per_s']:,} jobs/s",
          f"{ceiling[str(w1['batch_size'])]:,} jobs/s (batch 1: {ceiling['1']:,})",
          f"{w1['process_ratio']:.2f}"),
+        (f"W1 processing, per-job log line on (`--log-jobs`, JSON to a pipe; "
+         f"{jlog['rounds']} rounds)", f"{jlog['log_jobs_on_jobs_per_s']:,} jobs/s",
+         f"log off: {jlog['log_jobs_off_jobs_per_s']:,} jobs/s", f"{jlog['log_jobs_ratio']:.2f}"),
         (f"W2 wake-up latency ({w2['wake_up']})",
          f"p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms", "", ""),
         ("W3 per processed job",
@@ -141,19 +147,23 @@ def main() -> None:
     w1 = throughput.run(args.database, 2_000 if quick else 20_000, 200 if quick else 2_000,
                         1_000, 4, 10, None)  # fmt: skip
     print(throughput.describe(w1), flush=True)
+    jlog = throughput.job_log_cost(args.database, 2_000 if quick else 20_000, 4, 10,
+                                   1 if quick else 3)  # fmt: skip
+    print(throughput.describe_job_log(jlog), flush=True)
     w2 = latency.run(args.database, 20 if quick else 200, 0.02, None)
     print(f"W2 latency: {w2['latency_ms']}", flush=True)
     w3 = load.run(args.database, 2_000 if quick else 20_000, 5 if quick else 30)
     print(load.describe(w3), flush=True)
     mem = memory.run(args.database, 10_000 if quick else 100_000)
     print(memory.describe(mem), flush=True)
-    for name, result in (("throughput", w1), ("latency", w2), ("load", w3), ("memory", mem)):
+    results = (("throughput", w1), ("joblog", jlog), ("latency", w2), ("load", w3), ("memory", mem))
+    for name, result in results:
         save(f"{name}-{args.database}", result)
     others = other_strategies(args.database, quick)
     plan = explain_claim(args.database, 2_000 if quick else 20_000)
     text = "\n\n".join(
         [
-            table(w1, w2, w3, mem),
+            table(w1, w2, w3, mem, jlog),
             strategies_table(w1, w2, others),
             f"The claim's plan (EXPLAIN):\n\n```\n{plan}\n```",
         ]

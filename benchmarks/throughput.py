@@ -2,6 +2,7 @@
 
     python -m benchmarks.throughput postgresql|mariadb|sqlite [--jobs 20000] [--single 2000]
         [--chunk 1000] [--concurrency 4] [--batch-size 10] [--strategy NAME] [--rounds 3]
+        [--job-log [--prefix bench_]]
 
 Enqueue: the first ``single`` jobs one per transaction on one connection (``app.enqueue``,
 in blocks of 200 alternating with the bare INSERT+COMMIT), the rest with ``app.enqueue_many``,
@@ -10,6 +11,11 @@ in blocks of 200 alternating with the bare INSERT+COMMIT), the rest with ``app.e
 ceiling runs the same work as bare SQL through the same driver (``benchmarks.ceiling``), with
 the same concurrency and batch size, on the same freshly filled table. Each of ``rounds`` rounds
 measures dbqueue and then bare SQL; the figures are the medians.
+
+``--job-log`` measures instead what the per-job log line (``--log-jobs``) costs processing: each
+round drains a freshly filled table once without and once with it, in alternating order. Both
+runs log JSON at INFO to stderr, a pipe the benchmark reads (as a container runtime would): the
+only difference is the job lines.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from benchmarks import ceiling
-from benchmarks.common import URLS, fresh_app, lock_server, machine, save, server_version
+from benchmarks.common import PREFIX, URLS, fresh_app, lock_server, machine, save, server_version
 from dbqueue import payload as payload_codec
 
 HERE = Path(__file__).resolve().parent
@@ -237,6 +243,60 @@ def run(
     }
 
 
+def job_log_cost(
+    database: str,
+    jobs: int,
+    concurrency: int,
+    batch_size: int,
+    rounds: int,
+    prefix: str = PREFIX,
+) -> dict[str, Any]:
+    """W1 processing with the per-job log line off and on (medians of ``rounds`` rounds)."""
+    url = URLS[database]
+    app = fresh_app(url, prefix)
+    engine = app.create_engine(pool_pre_ping=False)
+    options = ["--burst", "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
+    options += ["--log-format", "json", "--prefix", prefix]
+    modes: dict[str, tuple[str, ...]] = {"off": (), "on": ("--log-jobs",)}
+    rates: dict[str, list[float]] = {mode: [] for mode in modes}
+    try:
+        for index in range(rounds):
+            for mode in sorted(modes, reverse=index % 2 == 1):
+                empty(app, engine)
+                app.enqueue_many(
+                    engine, [{"task": "noop", "payload": {"n": i}} for i in range(jobs)]
+                )
+                analyze(app, engine)
+                report = run_worker_process(url, *options, *modes[mode])
+                rates[mode].append(report["succeeded"] / report["seconds"])
+    finally:
+        engine.dispose()
+    off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+    return {
+        "workload": "W1 processing, per-job log off and on",
+        "database": database,
+        "server": server_version(url),
+        "jobs": jobs,
+        "concurrency": concurrency,
+        "batch_size": batch_size,
+        "rounds": rounds,
+        "log_jobs_off_jobs_per_s": round(off),
+        "log_jobs_on_jobs_per_s": round(on),
+        "log_jobs_ratio": round(on / off, 3),
+        "per_round": {mode: [round(x) for x in values] for mode, values in rates.items()},
+    }
+
+
+def describe_job_log(result: dict[str, Any]) -> str:
+    return (
+        f"W1 processing with the per-job log ({result['database']}, {result['jobs']} no-op "
+        f"jobs, concurrency {result['concurrency']}, batch {result['batch_size']}, JSON lines "
+        f"to a pipe): off {result['log_jobs_off_jobs_per_s']} jobs/s, on "
+        f"{result['log_jobs_on_jobs_per_s']} jobs/s, ratio {result['log_jobs_ratio']} "
+        f"(medians of {result['rounds']} rounds; per round {result['per_round']})"
+    )
+
+
 def describe(result: dict[str, Any]) -> str:
     bare = result["process_ceiling_jobs_per_s"]
     return "\n".join(
@@ -269,8 +329,18 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--strategy")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--job-log", action="store_true", help="the per-job log's cost instead")
+    parser.add_argument("--prefix", default=PREFIX, help="table prefix (--job-log)")
     args = parser.parse_args()
     os.chdir(HERE.parent)
+    if args.job_log:
+        cost = job_log_cost(
+            args.database, args.jobs, args.concurrency, args.batch_size, args.rounds, args.prefix
+        )
+        print(machine())
+        print(describe_job_log(cost))
+        print(f"saved {save(f'joblog-{args.database}', cost)}")
+        return
     result = run(
         args.database,
         args.jobs,

@@ -1,7 +1,7 @@
 """A dbqueue worker process for the benchmarks: no-op handler, counts, resident memory.
 
     python -m benchmarks.worker_proc URL [--prefix bench_] [--concurrency 4] [--batch-size 10]
-        [--strategy NAME] [--burst] [--sample-rss-every N]
+        [--strategy NAME] [--burst] [--sample-rss-every N] [--log-format text|json] [--log-jobs]
 
 On exit (burst drained, or SIGTERM) it prints one JSON line: seconds spent in run_worker, jobs
 succeeded, statements and commits it sent (counted by SQLAlchemy events), and resident memory
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import dbqueue
+from dbqueue import logs
 
 
 def rss_kib() -> int:
@@ -63,7 +66,7 @@ def measure_window(
     worker.stop()
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
     parser.add_argument("--prefix", default="bench_")
@@ -75,11 +78,21 @@ def main() -> None:
     parser.add_argument("--count", action="store_true", help="count statements and commits")
     parser.add_argument("--sample-rss-every", type=int, default=0)
     parser.add_argument("--option", action="append", default=[], help="extra worker option k=v")
+    parser.add_argument("--log-format", choices=logs.LOG_FORMATS, help="log at INFO to stderr")
+    parser.add_argument("--log-jobs", action="store_true", help="one log line per job")
     parser.add_argument(
         "--idle-window",
         help="WARMUP,SECONDS: count statements and commits over SECONDS after WARMUP, then stop",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    if args.log_format:
+        logging.basicConfig(
+            level=logging.INFO, handlers=[logs.handler(args.log_format, sys.stderr)]
+        )
 
     app = dbqueue.App(args.url, table_prefix=args.prefix, lock_server=args.lock_server)
     samples: list[tuple[int, int]] = []
@@ -105,6 +118,7 @@ def main() -> None:
         strategy=args.strategy,
         burst=args.burst,
         maintenance=not args.burst,
+        log_jobs=args.log_jobs,
         **extra,
     )
     window: dict[str, float] = {}

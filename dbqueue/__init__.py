@@ -1,6 +1,11 @@
 """dbqueue: durable job queues in your application's own relational database."""
 
+# First, and for its side effect too: each database module registers its column types and DDL
+# clock with the schema layer below it, so a table compiles for any database whatever
+# ``dbqueue.…`` module a program imports (Python runs this file before any of them).
+from . import dialects  # noqa: F401
 from .app import App
+from .compat import DeadSubscriber, QueueClient, Subscriber, WorkerBase, WorkerPubSubBase
 from .config import Settings
 from .errors import (
     AttemptFailed,
@@ -17,9 +22,11 @@ from .errors import (
 from .job import Job, MalformedPayload, Status
 from .pubsub import Subscription
 from .retry import linear_backoff
-from .seed import DeadSubscriber, QueueClient, Subscriber, WorkerBase, WorkerPubSubBase
 from .webhooks import DEFAULT_WEBHOOK_TIMEOUT
 from .worker import JobSession, Worker, WorkerSummary
+
+# The composition root: the App facade builds workers without importing the layer above it.
+App.worker_class = Worker
 
 __version__ = "0.1.0"
 

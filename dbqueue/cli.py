@@ -10,34 +10,54 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 import sqlalchemy as sa
 
+from . import logs
 from .app import App
-from .config import Settings, parse_bool, parse_minutes, redact, resolve_url
+from .config import (
+    DATABASE_VARIABLES,
+    DEFAULT_SQLITE_FILE,
+    DEFAULT_SQLITE_URL,
+    Settings,
+    env_first,
+    parse_bool,
+    parse_minutes,
+    redact,
+)
+from .dialects import resolve_url
 from .errors import ConfigurationError, DatabaseUnavailableError, DbqueueError
+from .monitoring import STATUS_KEYS
 from .pubsub import Subscription, parse_header, redact_headers, redact_url
 
+#: Where the chosen log format is kept in click's context, for commands that print to stderr.
+LOG_FORMAT = "dbqueue.log_format"
 DIALECT_HELP = (
     "postgresql, mysql, singlestore or sqlite (with the DB_* variables, or to check --url)"
 )
 
 
-def _configure_logging(verbose: bool) -> None:
+def _configure_logging(verbose: bool, log_format: str = "text") -> None:
     debug = verbose
     if not debug and os.environ.get("LOG_DEBUG"):
         debug = parse_bool(os.environ["LOG_DEBUG"], "LOG_DEBUG")
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        handlers=[logs.handler(log_format, sys.stderr)],
     )
+    if log_format == "json":
+        logging.captureWarnings(True)  # a warning's lines become one record too
     if debug:
         logging.getLogger("sqlalchemy.engine").setLevel(logging.WARNING)
         # urllib3 logs each webhook request line, query string (and any token in it) included.
         logging.getLogger("urllib3").setLevel(logging.INFO)
+
+
+#: ``click.Context.meta`` key: the --app given (None: none), for commands that check names.
+APP_SPEC = "dbqueue.app_spec"
 
 
 def load_app(spec: str | None) -> App | None:
@@ -63,7 +83,8 @@ def load_app(spec: str | None) -> App | None:
 
 
 def database_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--url, --dialect, --table-prefix, --schema, --app and -v, shared by every command."""
+    """--url, --dialect, --table-prefix, --schema, --app, -v and --log-format, shared by
+    every command."""
     options = [
         click.option("--url", envvar="DBQUEUE_URL", help="Database URL (env DBQUEUE_URL)."),
         click.option("--dialect", envvar="DBQUEUE_DIALECT", help=DIALECT_HELP),
@@ -75,6 +96,14 @@ def database_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "--app", "app_spec", envvar="DBQUEUE_APP", help="module:attribute of your dbqueue.App."
         ),
         click.option("-v", "--verbose", is_flag=True, help="Debug logging (env LOG_DEBUG)."),
+        click.option(
+            "--log-format",
+            type=click.Choice(logs.LOG_FORMATS),
+            default="text",
+            show_default=True,
+            envvar="DBQUEUE_LOG_FORMAT",
+            help="json: one JSON object per log line (env DBQUEUE_LOG_FORMAT).",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -87,14 +116,54 @@ def database_options(command: Callable[..., Any]) -> Callable[..., Any]:
         schema: str | None,
         app_spec: str | None,
         verbose: bool,
+        log_format: str,
         **kwargs: Any,
     ) -> Any:
-        _configure_logging(verbose)
+        _configure_logging(verbose, log_format)
+        click.get_current_context().meta[LOG_FORMAT] = log_format
+        click.get_current_context().meta[APP_SPEC] = app_spec
         with OneLineErrors():
             app = build_app(url, dialect, table_prefix, schema, app_spec)
+            default = default_database(app, url)
+            if default is not None:
+                creates = getattr(command, "creates_database", None)
+                use_default_database(default, creates is not None and creates(kwargs))
             return command(app=app, **kwargs)
 
     return wrapper
+
+
+def creates_database(when: Callable[[dict[str, Any]], bool]) -> Callable[..., Any]:
+    """Mark a command that may create the default SQLite file (``when`` its options say so):
+    every other command refuses a default file that does not exist instead of creating it."""
+
+    def mark(command: Callable[..., Any]) -> Callable[..., Any]:
+        command.creates_database = when  # type: ignore[attr-defined]
+        return command
+
+    return mark
+
+
+def default_database(app: App, url: str | None) -> Path | None:
+    """The default database's file, when nothing named a database: no --url, no DBQUEUE_URL
+    or DB_* variables, no URL in the --app's App."""
+    if url or env_first(os.environ, *DATABASE_VARIABLES) or app.url != DEFAULT_SQLITE_URL:
+        return None
+    return Path(DEFAULT_SQLITE_FILE).resolve()
+
+
+def use_default_database(path: Path, creates: bool) -> None:
+    """Say which database a command uses and why; refuse to create it by accident."""
+    why = (
+        f"the database is the default, {DEFAULT_SQLITE_URL} ({path}), as no --url, "
+        "DBQUEUE_URL or DB_* variable names one"
+    )
+    if not path.exists() and not creates:
+        raise ConfigurationError(
+            f"{why}; it does not exist: pass --url or set DBQUEUE_URL to your database, or "
+            "run `dbqueue migrate` to create the default one here"
+        )
+    click.echo(f"dbqueue: {why}", err=True)
 
 
 def build_app(
@@ -109,10 +178,7 @@ def build_app(
     if app is None:
         return App(resolved, table_prefix=table_prefix, schema=schema)
     if url or dialect or table_prefix or schema:
-        settings = app.settings.merged(url=resolved, table_prefix=table_prefix, schema=schema)
-        configured = App(settings=settings, backoff=app.backoff)
-        configured.registry = app.registry
-        return configured
+        return app.reconfigured(url=resolved, table_prefix=table_prefix, schema=schema)
     return app
 
 
@@ -156,9 +222,7 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
 @click.option("--burst", is_flag=True, help="Exit when nothing is runnable.")
 @click.option("--max-jobs", type=int, help="Stop after this many jobs.")
 @click.option("--max-runtime", type=float, help="Stop claiming after this many seconds.")
-@click.option(
-    "--strategy", envvar="DBQUEUE_STRATEGY", help="Claim strategy (default: the database's)."
-)
+@click.option("--strategy", help="Claim strategy (env DBQUEUE_STRATEGY; default: the database's).")
 @click.option(
     "--server",
     envvar="DBQUEUE_LOCK_SERVER",
@@ -186,6 +250,11 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
     envvar="DBQUEUE_JOB_TIMEOUT",
     help="Seconds a job may run (tasks' own timeout= wins); past it the attempt fails.",
 )
+@click.option(
+    "--log-jobs/--no-log-jobs",
+    default=None,
+    help="One INFO line per finished job on logger dbqueue.jobs (env DBQUEUE_LOG_JOBS).",
+)
 def worker(
     app: App,
     queues: tuple[str, ...],
@@ -200,7 +269,7 @@ def worker(
     **options: Any,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (or --burst / a limit)."""
-    app.settings = app.settings.merged(
+    app = app.reconfigured(
         lock_server=server,
         notify_server=server,
         rescue_minutes=rescue_minutes,
@@ -211,7 +280,10 @@ def worker(
         wait_notify_interval=wait_notify_interval,
     )
     summary = app.run_worker(queues=list(queues) or None, maintenance=not no_maintenance, **options)
-    click.echo(f"worker stopped: {summary.succeeded} succeeded, {summary.failed} failed", err=True)
+    if click.get_current_context().meta.get(LOG_FORMAT) != "json":  # JSON: the log line says it
+        click.echo(
+            f"worker stopped: {summary.succeeded} succeeded, {summary.failed} failed", err=True
+        )
 
 
 @cli.group()
@@ -222,7 +294,7 @@ def maintenance() -> None:
 @maintenance.command("run")
 @database_options
 @click.argument("routine", type=click.Choice(["purge", "rescue", "renotify"]))
-@click.option("--strategy", envvar="DBQUEUE_STRATEGY", help="Whose locks tell live workers.")
+@click.option("--strategy", help="Whose locks tell live workers (env DBQUEUE_STRATEGY).")
 @click.option("--server", envvar="DBQUEUE_LOCK_SERVER", help="HOST:PORT of `dbqueue server`.")
 @click.option("--purge-max-age", type=float, help="Days to keep finished jobs.")
 @click.option("--purge-limit", type=int, help="Rows per purge chunk.")
@@ -235,7 +307,7 @@ def maintenance_run(
     purge_limit: int | None,
 ) -> None:
     """Run one routine now, as the workers' leader would, and print what it did."""
-    app.settings = app.settings.merged(
+    app = app.reconfigured(
         purge_max_age_days=purge_max_age,
         purge_limit=purge_limit,
         lock_server=server,
@@ -267,6 +339,7 @@ def maintenance_status(app: App, as_json: bool) -> None:
 @click.option("--downgrade", is_flag=True, help="Downgrade to REVISION (default: base).")
 @click.option("--show", is_flag=True, help="Print the current and latest revision, change nothing.")
 @click.option("--sql", is_flag=True, help="Print the upgrade's SQL without connecting.")
+@creates_database(lambda options: not (options["show"] or options["downgrade"]))
 def migrate(app: App, revision: str, downgrade: bool, show: bool, sql: bool) -> None:
     """Create or upgrade the queue tables (the same migrations as `alembic upgrade head`)."""
     from . import migrate as migrations
@@ -274,6 +347,7 @@ def migrate(app: App, revision: str, downgrade: bool, show: bool, sql: bool) -> 
     if sql:
         click.echo(migrations.upgrade_sql(app.url, app.names, revision), nl=False)
         return
+    where = f"{app.names.jobs} on {redact(app.url)}"
     try:
         if show:
             with app.engine.connect() as conn:
@@ -281,16 +355,28 @@ def migrate(app: App, revision: str, downgrade: bool, show: bool, sql: bool) -> 
             click.echo(f"current: {current or 'none'}  latest: {migrations.head_revision()}")
             return
         if downgrade:
-            target = "base" if revision == "head" else revision
-            migrations.downgrade(app.engine, app.names, target)
+            done = migrations.downgrade(
+                app.engine, app.names, "base" if revision == "head" else revision
+            )
         else:
-            migrations.upgrade(app.engine, app.names, revision)
+            done = migrations.upgrade(app.engine, app.names, revision)
     except sa.exc.OperationalError as exc:
         raise DatabaseUnavailableError(
             f"cannot migrate {redact(app.url)}: {str(exc.orig).strip().splitlines()[0]} "
             "(check --url / DBQUEUE_URL, that the server is running, and the credentials)"
         ) from None
-    click.echo(f"{'downgraded' if downgrade else 'migrated'} {app.names.jobs} on {redact(app.url)}")
+    click.echo(_migrated(done, downgrade, revision, where))
+
+
+def _migrated(done: Any, downgrade: bool, revision: str, where: str) -> str:
+    """One line: what the migration changed, or why it changed nothing."""
+    if done.before != done.after:
+        verb = "downgraded" if downgrade else "migrated"
+        return f"{verb} {where} from {done.before or 'none'} to {done.after or 'none (no tables)'}"
+    if done.after is None:
+        return f"nothing to downgrade: no dbqueue migration is recorded for {where}"
+    back = "" if downgrade or revision == "head" else f" (to go back: --downgrade {revision})"
+    return f"nothing to {'downgrade' if downgrade else 'upgrade'}: {where} is at {done.after}{back}"
 
 
 @cli.command()
@@ -314,6 +400,13 @@ def enqueue(app: App, task: str, payload: str, **options: Any) -> None:
         raise ConfigurationError(
             f"--payload is not valid JSON ({exc}): e.g. '{{\"order\": 42}}'"
         ) from None
+    spec = click.get_current_context().meta.get(APP_SPEC)
+    if spec and not app.registry.handles(task):
+        known = ", ".join(name for name in app.registry.names() if app.registry.handles(name))
+        raise ConfigurationError(
+            f"unknown task {task!r}: --app {spec} registers {known or 'no task'}; enqueue one "
+            "of those (without --app, any task name is accepted)"
+        )
     click.echo(app.enqueue(None, task, value, **options))
 
 
@@ -324,27 +417,18 @@ def stats(app: App, as_json: bool) -> None:
     """Jobs per queue and status, and how long the oldest runnable job has waited."""
     rows = app.stats()
     if as_json:
-        click.echo(json.dumps([_stats_dict(r) for r in rows], indent=2))
+        click.echo(json.dumps([row.as_dict() for row in rows], indent=2))
         return
     if not rows:
         click.echo("no jobs")
         return
-    statuses = ["available", "scheduled", "running", "succeeded", "dead", "cancelled"]
-    click.echo(f"{'queue':20} " + " ".join(f"{s:>10}" for s in statuses) + "  oldest runnable")
+    click.echo(f"{'queue':20} " + " ".join(f"{s:>10}" for s in STATUS_KEYS) + "  oldest runnable")
     for row in rows:
-        counts = _stats_dict(row)["counts"]
+        counts = row.by_status
         age = "-" if row.oldest_runnable_age is None else f"{row.oldest_runnable_age:.1f}s"
         click.echo(
-            f"{row.queue:20} " + " ".join(f"{counts.get(s, 0):>10}" for s in statuses) + f"  {age}"
+            f"{row.queue:20} " + " ".join(f"{counts[s]:>10}" for s in STATUS_KEYS) + f"  {age}"
         )
-
-
-def _stats_dict(row: Any) -> dict[str, Any]:
-    counts = dict(row.counts)
-    # "available" counts jobs runnable now; those waiting for run_at are "scheduled".
-    counts["available"] = counts.get("available", 0) - row.scheduled
-    counts["scheduled"] = row.scheduled
-    return {"queue": row.queue, "counts": counts, "oldest_runnable_age": row.oldest_runnable_age}
 
 
 @cli.command()
@@ -420,7 +504,7 @@ def server(
     from .lockserver.server import ServerConfig
 
     serve(
-        app,
+        app.context,
         ServerConfig(
             bind=bind,
             port=port,
@@ -470,7 +554,10 @@ def dead_requeue(app: App, ids: tuple[int, ...]) -> None:
     missing = sorted(set(ids) - set(done))
     click.echo(f"requeued {len(done)}: {' '.join(map(str, done)) or '-'}")
     if missing:
-        raise click.ClickException(f"not dead (or no such job): {' '.join(map(str, missing))}")
+        raise click.ClickException(
+            f"not dead (or no such job): {' '.join(map(str, missing))}; `dbqueue dead list` "
+            "shows the dead jobs"
+        )
 
 
 @cli.group()
@@ -510,6 +597,27 @@ def _describe_subscription(sub: Subscription) -> str:
     return f"{sub.id:24} {sub.topic:24} {state:8} {target}{extra}"
 
 
+def one_subscription(name: str) -> Callable[[Callable[..., Any]], Any]:
+    """``dbqueue subscriptions NAME SUBSCRIPTION_ID [options]``: a command on one subscription."""
+
+    def register(command: Callable[..., Any]) -> Any:
+        with_id = click.argument("subscription_id")(command)
+        return subscriptions.command(name)(database_options(with_id))
+
+    return register
+
+
+#: ``subscriptions update`` option → the change it makes (``update_subscription``'s names).
+CHANGE_NAMES = {"webhook_url": "url"}
+#: ``--clear`` choices → the change that empties them.
+CLEARABLE = {
+    "tenant": "tenant",
+    "business-group": "business_group",
+    "webhook-url": "url",
+    "headers": "headers",
+}
+
+
 @subscriptions.command("add")
 @database_options
 @click.argument("subscription_id")
@@ -536,12 +644,7 @@ def subscriptions_add(
     disabled: bool,
 ) -> None:
     """Subscribe SUBSCRIPTION_ID to a topic."""
-    parsed: dict[str, str] = {}
-    for text in headers:
-        name, value = parse_header(text)
-        if name.lower() in (n.lower() for n in parsed):
-            raise ConfigurationError(f"--header {name} is given twice: give each header once")
-        parsed[name] = value
+    parsed = _parse_headers(headers)
     sub = app.add_subscription(
         None,
         subscription_id,
@@ -556,22 +659,72 @@ def subscriptions_add(
     click.echo(f"added {_describe_subscription(sub)}")
 
 
-@subscriptions.command("disable")
-@database_options
-@click.argument("subscription_id")
+@one_subscription("disable")
 def subscriptions_disable(app: App, subscription_id: str) -> None:
     """Stop a subscription receiving publications (pending webhook deliveries wait)."""
     sub = app.disable_subscription(None, subscription_id)
     click.echo(f"disabled subscription {sub.id} (topic {sub.topic})")
 
 
-@subscriptions.command("enable")
-@database_options
-@click.argument("subscription_id")
+@one_subscription("enable")
 def subscriptions_enable(app: App, subscription_id: str) -> None:
     """Let a disabled subscription receive publications again."""
     sub = app.enable_subscription(None, subscription_id)
     click.echo(f"enabled subscription {sub.id} (topic {sub.topic})")
+
+
+def _parse_headers(headers: tuple[str, ...]) -> dict[str, str]:
+    parsed: dict[str, str] = {}
+    for text in headers:
+        name, value = parse_header(text)
+        if name.lower() in (n.lower() for n in parsed):
+            raise ConfigurationError(f"--header {name} is given twice: give each header once")
+        parsed[name] = value
+    return parsed
+
+
+@one_subscription("update")
+@click.option("--topic", help="Receive this topic instead.")
+@click.option("--tenant", type=int, help="Only publications for this tenant.")
+@click.option("--business-group", help="Only publications for this business group.")
+@click.option("--webhook-url", "webhook_url", help="Deliver by HTTP to this URL.")
+@click.option("--method", help="GET, POST or PUT.")
+@click.option(
+    "--header", "headers", multiple=True, help="'Name: value' (repeatable; replaces all)."
+)
+@click.option(
+    "--clear",
+    "cleared",
+    multiple=True,
+    type=click.Choice(sorted(CLEARABLE)),
+    help="Empty this field (repeatable).",
+)
+def subscriptions_update(
+    app: App, subscription_id: str, headers: tuple[str, ...], cleared: tuple[str, ...], **given: Any
+) -> None:
+    """Change a subscription; the options not given keep their values."""
+    changes = {CHANGE_NAMES.get(k, k): v for k, v in given.items() if v is not None}
+    if headers:
+        changes["headers"] = _parse_headers(headers)
+    for option in cleared:
+        name = CLEARABLE[option]
+        if name in changes:
+            raise ConfigurationError(f"--clear {option} and a new value for it: give one of them")
+        changes[name] = None
+    if not changes:
+        raise ConfigurationError(
+            "nothing to change: give --topic, --tenant, --business-group, --webhook-url, "
+            "--method, --header or --clear"
+        )
+    sub = app.update_subscription(None, subscription_id, **changes)
+    click.echo(f"updated {_describe_subscription(sub)}")
+
+
+@one_subscription("remove")
+def subscriptions_remove(app: App, subscription_id: str) -> None:
+    """Delete a subscription (its pending webhook deliveries fail their attempts)."""
+    sub = app.remove_subscription(None, subscription_id)
+    click.echo(f"removed subscription {sub.id} (topic {sub.topic})")
 
 
 def _json_default(value: Any) -> Any:

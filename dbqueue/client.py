@@ -1,34 +1,108 @@
 """The client side: validate what the caller asks for, then insert it in the caller's transaction.
 
 Enqueue is one INSERT on a connection the application already holds (promise 3): the target is
-the caller's ORM Session or Connection, whose transaction the job joins, or an Engine, in which
-case dbqueue opens and commits a short transaction of its own.
+the caller's ORM Session (or a ``scoped_session`` such as Flask-SQLAlchemy's ``db.session``) or
+Connection, whose transaction the job joins, or an Engine, in which case dbqueue opens and
+commits a short transaction of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session
 
+from . import dialects
 from . import payload as payload_codec
 from .engine import NewJob
 from .errors import ConfigurationError
 from .identifiers import check_queue_name, check_task_name
+from .schema import DEFAULT_PRIORITY
+
+if TYPE_CHECKING:
+    from .runtime import RuntimeContext
 
 _INT32 = (-(2**31), 2**31 - 1)
 _TEXT_LIMITS = {"external_key": 255, "origin": 255, "destination": 255, "business_group": 100}
 
-Target = Session | Connection | Engine
+#: Where jobs are written. A ``scoped_session`` (Flask-SQLAlchemy's ``db.session``) stands for
+#: the Session it holds for the current scope (thread, request, app context).
+Target = Session | Connection | Engine | scoped_session[Any]
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options of every call that creates jobs (``enqueue``, the items of ``enqueue_many``,
+    ``publish``, ``publish_webhook``): written once, so the calls cannot drift apart."""
+
+    queue: str | None
+    priority: int | None  # lower runs first; default 50
+    delay: float | dt.timedelta | None  # seconds from now
+    run_at: dt.datetime | None  # an aware datetime; not with delay
+    max_attempts: int | None
+    external_key: str | None
+    origin: str | None
+    destination: str | None
+    tenant: int | None
+    business_group: str | None
+
+
+OPTION_NAMES = frozenset(EnqueueOptions.__annotations__)
+
+
+def check_option_names(call: str, options: Mapping[str, Any]) -> None:
+    unknown = sorted(set(options) - OPTION_NAMES)
+    if unknown:
+        raise TypeError(
+            f"{call}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}: "
+            f"the options are {', '.join(sorted(OPTION_NAMES))}"
+        )
+
+
+def job_for_task(
+    context: RuntimeContext, task: str, payload: Any, options: Mapping[str, Any]
+) -> NewJob:
+    """A validated job: explicit options, else the task's registered ones, else the App's."""
+    options = dict(options)
+    definition = context.registry.get(task)
+    queue = options.pop("queue", None) or (definition and definition.queue)
+    priority = options.pop("priority", None)
+    if priority is None and definition is not None:
+        priority = definition.priority
+    max_attempts = options.pop("max_attempts", None)
+    if max_attempts is None:
+        max_attempts = (definition and definition.max_attempts) or context.max_attempts
+    return build_job(
+        task,
+        payload,
+        queue=queue or context.default_queue,
+        priority=DEFAULT_PRIORITY if priority is None else priority,
+        max_attempts=max_attempts,
+        max_payload_bytes=context.max_payload_bytes,
+        **options,
+    )
+
+
+def write_target(target: Target) -> Target:
+    """For statements that read and then write: dbqueue's own transaction takes its write
+    lock first where the database locks whole (SQLite)."""
+    if isinstance(target, Engine):
+        return target.execution_options(**{dialects.WRITE_INTENT: True})
+    return target
+
+
+def current_session(target: Any) -> Any:
+    """The Session a ``scoped_session`` proxies for the current scope; any other target as is."""
+    return target() if isinstance(target, scoped_session) else target
 
 
 @contextlib.contextmanager
 def connection_for(target: Any) -> Iterator[Connection]:
     """A Connection inside the caller's transaction (or a fresh one for an Engine)."""
+    target = current_session(target)
     if isinstance(target, Session):
         yield target.connection()
     elif isinstance(target, Connection):
@@ -38,8 +112,9 @@ def connection_for(target: Any) -> Iterator[Connection]:
             yield conn
     else:
         raise TypeError(
-            f"cannot enqueue through {type(target).__name__}: pass a SQLAlchemy ORM Session or "
-            "Connection (the job joins its transaction) or an Engine (dbqueue commits at once)"
+            f"cannot enqueue through {type(target).__name__}: pass a SQLAlchemy ORM Session (or "
+            "a scoped_session such as Flask-SQLAlchemy's db.session) or Connection (the job "
+            "joins its transaction) or an Engine (dbqueue commits at once)"
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 
@@ -46,46 +47,45 @@ class MalformedPayload:
         return f"MalformedPayload({self.raw!r}: {self.error})"
 
 
-# The seed (nsj-queue-lib) handed handlers a dict with Portuguese keys; Job answers those too.
-_SEED_KEYS = {
-    "processo": "task",
-    "chave_externa": "external_key",
-    "origem": "origin",
-    "destino": "destination",
-    "grupo_empresarial": "business_group",
-    "tentativa": "attempt",
-    "prioridade": "priority",
-    "data_hora": "run_at",
-    "data_hora_inicial": "first_attempt_at",
-    "mensagem": "message",
-    "subscriber_id": "subscription_id",
-}
+class ItemAccess:
+    """``obj["name"]`` and ``obj.get("name", default)`` for code written against dict rows.
 
-
-class SeedKeys:
-    """``obj["key"]`` and ``obj.get("key")`` for code written against the seed's dicts: its
-    Portuguese keys (``seed_keys``) are mapped to attributes, other keys are attribute names."""
+    A name in ``ITEM_ALIASES`` resolves through it (an attribute name, or a function of the
+    object); any other must be one of ``ITEM_NAMES``, the attributes that mirror the table's
+    columns. The core leaves the aliases empty: ``dbqueue.compat`` fills in the seed's column
+    names, so the core knows nothing of them.
+    """
 
     __slots__ = ()
-    seed_keys: ClassVar[dict[str, str]] = {}
+    ITEM_NAMES: ClassVar[frozenset[str]] = frozenset()
+    ITEM_ALIASES: ClassVar[Mapping[str, str | Callable[[Any], Any]]] = {}
 
     def __getitem__(self, key: str) -> Any:
-        return getattr(self, self.seed_keys.get(key, key))
+        alias = self.ITEM_ALIASES.get(key)
+        if alias is not None:
+            return alias(self) if callable(alias) else getattr(self, alias)
+        if key in self.ITEM_NAMES:
+            return getattr(self, key)
+        raise KeyError(
+            f"{key!r} is not a key of {type(self).__name__}: its keys are its table's column "
+            "names (see the README), and the seed's"
+        )
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.ITEM_ALIASES or key in self.ITEM_NAMES
 
     def get(self, key: str, default: Any = None) -> Any:
         try:
             return self[key]
-        except AttributeError:
+        except KeyError:
             return default
 
 
-class Job(SeedKeys):
+class Job(ItemAccess):
     """One claimed job. Attributes mirror the jobs table's columns (see the README).
 
     ``attempt`` is the number of the attempt now running (1 for the first run).
     """
-
-    seed_keys = _SEED_KEYS
 
     __slots__ = (
         "id",
@@ -116,6 +116,37 @@ class Job(SeedKeys):
         "started_at",
         "worker_id",
     )
+    ITEM_NAMES = frozenset(__slots__)
+    ITEM_ALIASES: ClassVar[Mapping[str, str | Callable[[Job], Any]]] = {}
+
+    # The slots' types, for type checkers (bare annotations add no class attribute).
+    id: int
+    queue: str
+    task: str
+    payload: Any  # the decoded JSON
+    payload_hash: str | None
+    priority: int
+    status: str
+    run_at: dt.datetime
+    attempt: int  # the attempt now running, from 1
+    max_attempts: int
+    message: str | None
+    origin: str | None
+    destination: str | None
+    external_key: str | None
+    tenant: int | None
+    business_group: str | None
+    publication_id: int | None
+    subscription_id: str | None
+    dead: bool
+    live_id: int | None
+    first_attempt_at: dt.datetime | None
+    previous_attempt_at: dt.datetime | None
+    previous_status: str | None
+    previous_message: str | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    worker_id: str | None
 
     def __init__(self, **fields: Any) -> None:
         for name in self.__slots__:
@@ -149,7 +180,7 @@ class Job(SeedKeys):
 ROW_FIELDS = tuple(name for name in Job.__slots__ if name != "started_at") + ("started_at",)
 
 
-def _row_filler(fields: tuple[str, ...]) -> Any:
+def _row_filler(fields: tuple[str, ...]) -> Callable[[Job, Any], None]:
     """``def fill(job, row): job.a, job.b, … = row``: one unpacking assignment, generated once,
     sets a claimed row's 27 attributes in a third of the time of a setattr loop (and, like
     ``zip(strict=True)``, refuses a row of the wrong length)."""
@@ -160,7 +191,3 @@ def _row_filler(fields: tuple[str, ...]) -> Any:
 
 
 _fill_from_row = _row_filler(ROW_FIELDS)
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)

@@ -103,6 +103,9 @@ SQL
     fi
     wait_for "MariaDB over TCP" my_ready
     my_client -h 127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS test"
+    # The default 151 connections run out when two suites share the server (each worker process
+    # of the multi-process and chaos tests holds a pool): raise it for this server's life.
+    my_client -h 127.0.0.1 -uroot -e "SET GLOBAL max_connections = GREATEST(@@max_connections, 600)"
     echo "mariadb: $state"
 }
 

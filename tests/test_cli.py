@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.backends import PREFIX
+from support.cli_runner import assert_one_line_error as one_line_error
 
 from dbqueue import migrate
 
@@ -30,6 +31,10 @@ APP_MODULE = textwrap.dedent(
     @app.task("cli_fail", max_attempts=1)
     def cli_fail(job, session):
         raise RuntimeError("always")
+
+    @app.task("cli_options", queue="cli_q", priority=7, max_attempts=3)
+    def cli_options(job, session):
+        return None
     """
 )
 
@@ -53,16 +58,6 @@ def run(
         env={**base, **(env or {})},
         cwd=cwd,
     )
-
-
-def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
-    assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr + result.stdout, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture
@@ -137,6 +132,51 @@ def test_worker_runs_the_apps_tasks_then_stats_and_dead_jobs(cli):
     requeued = cli("dead", "requeue", str(dead[0]["id"]))
     assert requeued.returncode == 0 and f"requeued 1: {dead[0]['id']}" in requeued.stdout
     one_line_error(cli("dead", "requeue", str(dead[0]["id"])), "not dead", str(dead[0]["id"]))
+
+
+def test_enqueue_with_app_uses_the_tasks_options_and_knows_its_names(cli):
+    app = ["--app", "cli_app:app"]
+    registered = cli("enqueue", "cli_options", *app)
+    explicit = cli(
+        "enqueue", "cli_options", *app, "--queue", "q2", "--priority", "1", "--max-attempts", "9"
+    )
+    assert registered.returncode == 0 and explicit.returncode == 0, registered.stderr
+    rows = {job["id"]: job for job in cli.database.jobs()}
+    options = [rows[int(r.stdout)] for r in (registered, explicit)]
+    assert [(j["queue"], j["priority"], j["max_attempts"]) for j in options] == [
+        ("cli_q", 7, 3),
+        ("q2", 1, 9),
+    ]
+
+    refused = cli("enqueue", "cli_optoins", *app, "--payload", "{}")
+    one_line_error(
+        refused, "unknown task 'cli_optoins'", "cli_app:app", "cli_effect, cli_fail, cli_options"
+    )
+    assert len(cli.database.jobs()) == 2
+    assert cli("enqueue", "anything_at_all").returncode == 0  # without --app, any name
+
+
+def test_stats_json_has_every_status_of_every_queue(cli):
+    assert cli("enqueue", "cli_effect", "--queue", "cli").returncode == 0
+    assert cli("enqueue", "cli_effect", "--queue", "cli", "--delay", "600").returncode == 0
+    stats = json.loads(cli("stats", "--json").stdout)
+    assert stats == [
+        {
+            "queue": "cli",
+            "counts": {
+                "available": 1,
+                "scheduled": 1,
+                "running": 0,
+                "succeeded": 0,
+                "dead": 0,
+                "cancelled": 0,
+            },
+            "oldest_runnable_age": stats[0]["oldest_runnable_age"],
+        }
+    ]
+    (summary,) = cli.database.app().stats()
+    assert summary.counts == {"available": 2}  # as stored, as before
+    assert summary.by_status == stats[0]["counts"]
 
 
 def test_worker_max_jobs(cli):

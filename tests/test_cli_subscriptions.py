@@ -1,4 +1,4 @@
-"""``dbqueue subscriptions list|add|disable|enable``, run as real processes."""
+"""``dbqueue subscriptions list|add|update|remove|disable|enable``, run as real processes."""
 
 from __future__ import annotations
 
@@ -84,6 +84,42 @@ def test_add_list_disable_enable(subs):
     assert subs("list", "--topic", "nothing").stdout.strip() == "no subscriptions"
 
 
+def test_update_and_remove(subs):
+    secret = "Authorization: Bearer s3cret-token"
+    hook = ["--webhook-url", "https://a.example/hooks", "--header", secret]
+    added = subs("add", "crm", "--topic", "order.paid", *hook)
+    assert added.returncode == 0, added.stderr
+    app = subs.database.app()
+
+    changes = ["--topic", "order.sent", "--tenant", "3", "--method", "put"]
+    updated = subs("update", "crm", *changes, "--webhook-url", "https://b.example/h?token=t0ps3")
+    assert updated.returncode == 0, updated.stderr
+    line = updated.stdout.strip()
+    assert line.startswith("updated crm") and "order.sent" in line and "tenant=3" in line
+    assert "PUT https://b.example/h?token=***" in line and "Authorization: ***" in line
+    assert "s3cret-token" not in updated.stdout and "t0ps3" not in updated.stdout
+    stored = app.get_subscription("crm")
+    assert (stored.topic, stored.tenant, stored.http_method) == ("order.sent", 3, "PUT")
+    assert stored.url == "https://b.example/h?token=t0ps3"
+    assert stored.headers == {"Authorization": "Bearer s3cret-token"}  # untouched
+
+    assert subs("update", "crm", "--clear", "tenant", "--header", "X-A: 1").returncode == 0
+    stored = app.get_subscription("crm")
+    assert stored.tenant is None and stored.headers == {"X-A": "1"} and stored.topic == "order.sent"
+
+    one_line_error(subs("update", "crm", "--clear", "webhook-url"), "headers but no url")
+    cleared = subs("update", "crm", "--clear", "webhook-url", "--clear", "headers")
+    assert cleared.returncode == 0 and " code" in cleared.stdout, cleared.stderr
+    assert app.get_subscription("crm").url is None
+
+    removed = subs("remove", "crm")
+    assert removed.returncode == 0 and removed.stdout.strip() == (
+        "removed subscription crm (topic order.sent)"
+    )
+    assert app.get_subscription("crm") is None
+    one_line_error(subs("remove", "crm"), "no subscription 'crm'", "subscriptions list")
+
+
 def test_a_cli_worker_sends_webhooks_with_no_code(subs, tmp_path):
     """The seed's webhook worker: nothing to write but the subscription. With --app and
     --table-prefix the worker's webhook handler reads the prefixed subscriptions table."""
@@ -127,6 +163,14 @@ BAD_INPUT = [
     (["add", "dup", "--topic", "t"], ["subscription 'dup' already exists"]),
     (["disable", "missing"], ["no subscription 'missing'", "subscriptions list"]),
     (["enable", "missing"], ["no subscription 'missing'"]),
+    (["remove", "missing"], ["no subscription 'missing'"]),
+    (["update", "missing", "--method", "GET"], ["no subscription 'missing'"]),
+    (["update", "dup"], ["nothing to change", "--webhook-url"]),
+    (["update", "dup", "--method", "PATCH"], ["http method 'PATCH'"]),
+    (["update", "dup", "--topic", "a\tb"], ["task name 'a\\tb' is not allowed"]),
+    (["update", "dup", "--tenant", "1", "--clear", "tenant"], ["--clear tenant and a new value"]),
+    (["update", "dup", "--header", "A: b"], ["headers but no url"]),
+    (["update", "dup", "--webhook-url", "ftp://a.example/"], ["http(s) URL"]),
 ]
 
 
@@ -138,4 +182,5 @@ def test_bad_input_is_a_one_line_error_and_changes_nothing(tmp_path):
         result = run("subscriptions", args[0], "--url", url, *args[1:], cwd=tmp_path)
         one_line_error(result, *fragments)
     listed = run("subscriptions", "list", "--url", url, "--json", cwd=tmp_path)
-    assert [r["id"] for r in json.loads(listed.stdout)] == ["dup"]
+    (dup,) = json.loads(listed.stdout)
+    assert (dup["id"], dup["topic"], dup["http_method"], dup["url"]) == ("dup", "t", "POST", None)

@@ -170,3 +170,24 @@ def test_a_bad_timeout_is_refused_at_registration(backend, timeout):
         app.task("t", timeout=timeout)(lambda job, session: None)
     with pytest.raises(dbqueue.ConfigurationError, match="job_timeout"):
         app.worker(job_timeout=timeout if timeout != "10" else -5)
+
+
+def test_a_handler_that_returns_a_coroutine_fails_its_attempt_instead_of_succeeding(backend):
+    """A plain def that hands back an un-awaited coroutine (a wrapped async function) must not
+    mark the job done: the handler's work never ran."""
+    app = backend.app()
+
+    async def never_awaited(job, session):
+        session.execute(effects.insert().values(job_id=job.id, note="ran"))
+
+    @app.task("wrapped_async", max_attempts=1)
+    def wrapped_async(job, session):
+        return never_awaited(job, session)
+
+    job_id = app.enqueue(None, "wrapped_async")
+    summary = backend.run_worker(app)
+    assert (summary.succeeded, summary.failed) == (0, 1)
+    job = app.get_job(job_id)
+    assert job["status"] == "dead"
+    assert "which a worker thread cannot await" in job["message"], job["message"]
+    assert effect_rows(backend) == []

@@ -83,7 +83,7 @@ def fill_for_purge(app) -> dict[str, list[int]]:
 
 def test_purge_deletes_only_old_finished_jobs_in_chunks(database):
     app = database.app()
-    app.settings = app.settings.merged(purge_limit=3, purge_max_age_days=60)
+    app = app.reconfigured(purge_limit=3, purge_max_age_days=60)
     ids = fill_for_purge(app)
     result = app.run_maintenance("purge")
     assert result == "deleted 9 finished jobs older than 60 days in 4 chunk(s)"

@@ -39,6 +39,16 @@ def test_max_runtime_stops_an_idle_worker(backend):
     assert time.monotonic() - started < 10  # it returned at all (pytest-timeout guards a hang)
 
 
+def test_max_runtime_stops_an_idle_worker_with_many_threads_and_a_long_poll(backend):
+    """Threads asleep until their next poll (followers wait up to 30 s) are woken at the
+    deadline: the worker returns about when its max runtime ends, not 30 s later."""
+    app = effect_app(backend)
+    started = time.monotonic()
+    summary = backend.run_worker(app, burst=False, max_runtime=1, concurrency=3, poll_interval=20)
+    assert summary.processed == 0
+    assert time.monotonic() - started < 8  # before the fix: 30 s or more
+
+
 def test_stop_finishes_the_running_job_and_releases_the_rest_of_the_batch(backend):
     app = backend.app()
     worker_box = {}

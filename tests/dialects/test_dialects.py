@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
-from sqlalchemy.dialects import mysql, postgresql, sqlite
+import sqlalchemy as sa
+from sqlalchemy.dialects import mssql, mysql, postgresql, sqlite
 
 import dbqueue
 from dbqueue import strategies
@@ -81,3 +87,45 @@ def test_each_database_defaults_to_its_strategy():
         strategies.create("skip_locked", SQLiteDialect(sa_dialect(sqlite, (3, 40))))
     with pytest.raises(dbqueue.StrategyNotSupportedError, match="one writer at a time"):
         strategies.create("sqlite", PostgresDialect(sa_dialect(postgresql, (15,))))
+
+
+# ---- the schema layer sits below the database modules -----------------------------------------
+SCHEMA_LAYER = ("schema.py", "sqltypes.py")
+
+
+@pytest.mark.parametrize("module", SCHEMA_LAYER)
+def test_the_schema_layer_never_imports_the_dialects(module):
+    tree = ast.parse((Path(dbqueue.__file__).parent / module).read_text())
+    ours = []  # dbqueue's own modules this one imports, anywhere in it
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or node.module.startswith("dbqueue")):
+            ours += [f"{node.module or ''}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            ours += [alias.name for alias in node.names if alias.name.startswith("dbqueue")]
+    assert not [name for name in ours if "dialects" in name.split(".")], ours
+
+
+def test_a_program_importing_only_the_schema_compiles_each_database_s_types():
+    # The database modules register their types when imported; `import dbqueue.schema` must
+    # have run that registration (through dbqueue/__init__) before any table compiles.
+    script = """
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from dbqueue.schema import TableNames, tables_for
+
+jobs = tables_for(TableNames.resolve()).jobs
+for module in (postgresql, mysql, sqlite):
+    print(sa.schema.CreateTable(jobs).compile(dialect=module.dialect()))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert "payload JSONB" in out and "run_at TIMESTAMP WITH TIME ZONE DEFAULT now()" in out
+    assert "payload JSON" in out and "DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6))" in out
+    assert "DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))" in out
+
+
+def test_a_database_without_a_module_is_refused_when_its_table_compiles():
+    jobs = tables_for(TableNames.resolve()).jobs
+    with pytest.raises(dbqueue.ConfigurationError, match="does not support the database 'mssql'"):
+        sa.schema.CreateTable(jobs).compile(dialect=mssql.dialect())

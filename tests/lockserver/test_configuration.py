@@ -227,6 +227,16 @@ def test_a_worker_with_a_bad_server_address_is_refused(queue, tmp_path):
     one_line_error(result, "'nowhere:x' is not HOST:PORT")
 
 
+@pytest.mark.parametrize("extra", [["--burst"], []], ids=["burst", "long-running"])
+def test_a_worker_whose_lock_server_is_unreachable_at_start_up_fails_at_once(queue, extra):
+    """Nothing listens on the port: one line and exit 1, not a worker waiting forever (a
+    server lost after start-up is reconnected to; see test_faults)."""
+    address = f"127.0.0.1:{free_port()}"
+    args = ["worker", "--url", queue, "--strategy", "lock_server", "--server", address, *extra]
+    line = one_line_error(run(*args, timeout=60), "cannot reach the lock server", address)
+    assert "start `dbqueue server`" in line
+
+
 def test_a_worker_with_the_wrong_token_is_refused_at_start_up(queue, tmp_path):
     server = start_server(queue, "dbqueue_", tmp_path / "server.log", token="right")
     try:

@@ -224,7 +224,7 @@ def test_a_worker_that_lost_its_lock_never_commits_the_job_another_took_over(
         wait_for(lambda: "refused this client" in log.read_text(), 60, "W to be refused", log)
 
         rescue_app = dataclasses.replace(backend, server=replacement.address).app()
-        rescue_app.settings = rescue_app.settings.merged(lock_server_token="second")
+        rescue_app = rescue_app.reconfigured(lock_server_token="second")
         result = rescue_app.run_maintenance("rescue", strategy="lock_server")
         assert result == f"rescued 1 job(s) whose worker died: {job_id}", result
 

@@ -67,7 +67,7 @@ def main() -> int:
         format=f"%(asctime)s {os.getpid()} %(levelname)s %(name)s: %(message)s",
     )
     app = build_app(args.url, args.prefix)
-    app.settings = app.settings.merged(
+    app = app.reconfigured(
         maintenance_tick=0.5, rescue_minutes=tuple(range(60)), notify_minutes=tuple(range(60))
     )
     summary = app.run_worker(

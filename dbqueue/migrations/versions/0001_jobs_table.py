@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from dbqueue.migrate import table_options
+from dbqueue.migrate import script_names, table_options
 from dbqueue.schema import NowDefault, TableNames
 from dbqueue.sqltypes import Payload, UtcDateTime
 
@@ -24,7 +24,8 @@ def _now() -> sa.schema.DefaultClause:
     return sa.schema.DefaultClause(NowDefault())
 
 
-def upgrade(names: TableNames) -> None:
+def upgrade(names: TableNames | None = None) -> None:
+    names = script_names(names)
     t = names.jobs
     op.create_table(
         t,
@@ -81,5 +82,6 @@ def upgrade(names: TableNames) -> None:
     op.create_index(f"{t}_equivalent", t, ["task", "payload_hash"], schema=names.schema)
 
 
-def downgrade(names: TableNames) -> None:
+def downgrade(names: TableNames | None = None) -> None:
+    names = script_names(names)
     op.drop_table(names.jobs, schema=names.schema)

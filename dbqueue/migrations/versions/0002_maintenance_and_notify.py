@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from dbqueue import dialects
-from dbqueue.migrate import table_options
+from dbqueue.migrate import script_names, table_options
 from dbqueue.schema import MAINTENANCE_ROUTINES, TableNames
 from dbqueue.sqltypes import UtcDateTime
 
@@ -41,7 +41,8 @@ def _has_notify() -> bool:
     return dialects.for_sqlalchemy(op.get_context().dialect).supports_listen_notify
 
 
-def upgrade(names: TableNames) -> None:
+def upgrade(names: TableNames | None = None) -> None:
+    names = script_names(names)
     table = op.create_table(
         names.maintenance,
         sa.Column("routine", sa.String(32), primary_key=True),
@@ -77,7 +78,8 @@ def upgrade(names: TableNames) -> None:
         )
 
 
-def downgrade(names: TableNames) -> None:
+def downgrade(names: TableNames | None = None) -> None:
+    names = script_names(names)
     if _has_notify():
         jobs, function, trigger, _ = _notify_names(names)
         op.execute(f"DROP TRIGGER IF EXISTS {trigger} ON {jobs}")

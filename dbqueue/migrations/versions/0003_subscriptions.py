@@ -15,6 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from dbqueue.migrate import script_names
 from dbqueue.schema import NowDefault, TableNames
 from dbqueue.sqltypes import Payload, UtcDateTime
 
@@ -24,7 +25,8 @@ branch_labels = None
 depends_on = None
 
 
-def upgrade(names: TableNames) -> None:
+def upgrade(names: TableNames | None = None) -> None:
+    names = script_names(names)
     t = names.subscriptions
     op.create_table(
         t,
@@ -50,6 +52,7 @@ def upgrade(names: TableNames) -> None:
     op.create_index(f"{t}_topic", t, ["topic"], schema=names.schema)
 
 
-def downgrade(names: TableNames) -> None:
+def downgrade(names: TableNames | None = None) -> None:
+    names = script_names(names)
     op.drop_index(f"{names.subscriptions}_topic", names.subscriptions, schema=names.schema)
     op.drop_table(names.subscriptions, schema=names.schema)
