@@ -47,6 +47,8 @@ _SUBSCRIPTIONS_COLUMNS = frozenset(
 # These two are generic in shape, so their name's ending (from TableNames) must match too.
 _MAINTENANCE_COLUMNS = frozenset(("routine", "last_tick", "runs", "result"))
 _VERSION_COLUMNS = frozenset(("version_num",))
+_PERIODIC_COLUMNS = frozenset(("name", "tick", "job_id"))  # since 0004
+_SLOTS_COLUMNS = frozenset(("queue", "slot", "job_id", "taken_at"))  # since 0004
 
 
 # ---- autogenerate ----------------------------------------------------------------------------
@@ -59,6 +61,10 @@ def is_dbqueue_table(table: sa.Table) -> bool:
     if columns >= _JOBS_COLUMNS or columns >= _SUBSCRIPTIONS_COLUMNS:
         return True
     if table.name.endswith("_maintenance") and columns >= _MAINTENANCE_COLUMNS:
+        return True
+    if table.name.endswith("_periodic") and columns >= _PERIODIC_COLUMNS:
+        return True
+    if table.name.endswith("_slots") and columns >= _SLOTS_COLUMNS:
         return True
     return table.name.endswith("_alembic") and columns == _VERSION_COLUMNS
 

@@ -74,6 +74,21 @@ class TableNames:
         return f"{self.jobs}_maintenance"
 
     @property
+    def periodic(self) -> str:
+        """One row per (schedule, tick) enqueued: its primary key makes a tick enqueue once."""
+        return f"{self.jobs}_periodic"
+
+    @property
+    def slots(self) -> str:
+        """Queue-limit slots: one row per (queue, slot number) a running job may hold."""
+        return f"{self.jobs}_slots"
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        """Every queue table's name (not Alembic's version table)."""
+        return (self.jobs, self.maintenance, self.subscriptions, self.periodic, self.slots)
+
+    @property
     def qualified_jobs(self) -> str:
         """The jobs table's name with its schema: the namespace of locks and notifications."""
         return f"{self.schema}.{self.jobs}" if self.schema else self.jobs
@@ -89,6 +104,8 @@ class QueueTables:
     jobs: sa.Table
     maintenance: sa.Table
     subscriptions: sa.Table
+    periodic: sa.Table
+    slots: sa.Table
 
 
 def _timestamp(name: str, *, server_now: bool = False, nullable: bool = True) -> sa.Column:
@@ -159,6 +176,8 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         _timestamp("started_at"),
         _timestamp("finished_at"),
         _timestamp("updated_at", server_now=True, nullable=False),
+        sa.Column("result", Payload(), nullable=True),  # the handler's return value, as JSON
+        _timestamp("cancel_requested_at"),  # a cancel asked of a running job
         schema=names.schema,
         **_table_kwargs("jobs"),
     )
@@ -217,6 +236,38 @@ def subscriptions_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
     return table
 
 
+def periodic_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
+    """The ticks of periodic schedules that were enqueued. Inserted in the transaction that
+    enqueues the tick's job: a second worker meeting the same tick hits the primary key and
+    rolls back, so each tick makes exactly one job, with no lock and on every database."""
+    return sa.Table(
+        names.periodic,
+        metadata,
+        sa.Column("name", sa.String(200), nullable=False),
+        _timestamp("tick", nullable=False),
+        sa.Column("job_id", sa.BigInteger(), nullable=True),
+        _timestamp("created_at", server_now=True, nullable=False),
+        sa.PrimaryKeyConstraint("name", "tick"),
+        schema=names.schema,
+        **_table_kwargs("periodic"),
+    )
+
+
+def slots_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
+    """Queue limits: a job of a limited queue runs while holding one of its queue's slots."""
+    return sa.Table(
+        names.slots,
+        metadata,
+        sa.Column("queue", sa.String(64), primary_key=True, autoincrement=False),
+        sa.Column("slot", sa.Integer(), primary_key=True, autoincrement=False),
+        sa.Column("job_id", sa.BigInteger(), nullable=True),
+        sa.Column("worker_id", sa.String(255), nullable=True),
+        _timestamp("taken_at"),
+        schema=names.schema,
+        **_table_kwargs("slots"),
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def tables_for(names: TableNames) -> QueueTables:
     metadata = sa.MetaData()
@@ -226,4 +277,6 @@ def tables_for(names: TableNames) -> QueueTables:
         jobs=jobs_table(metadata, names),
         maintenance=maintenance_table(metadata, names),
         subscriptions=subscriptions_table(metadata, names),
+        periodic=periodic_table(metadata, names),
+        slots=slots_table(metadata, names),
     )

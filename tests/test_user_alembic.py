@@ -184,7 +184,7 @@ def project(database: Backend, tmp_path: Path) -> Iterator[Project]:
 
 
 def dbqueue_names_in(text: str, names: TableNames) -> list[str]:
-    tables = (names.jobs, names.maintenance, names.subscriptions, names.version_table)
+    tables = (*names.all, names.version_table)
     return [t for t in tables if re.search(rf"['\"]{t}['\"]", text)]
 
 
@@ -284,7 +284,7 @@ def test_downgrading_the_users_revision_drops_the_queue_tables(project):
     project.alembic("downgrade", "-1")  # the queue's revision only
     left = project.tables()
     assert project.orders in left
-    assert not {names.jobs, names.maintenance, names.subscriptions} & left, left
+    assert not set(names.all) & left, left
     assert project.queue_revision_in_database() is None
     assert len(project.user_versions()) == 1
 

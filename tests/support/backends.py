@@ -145,7 +145,7 @@ def drop_queue_tables(engine: sa.Engine, prefix: str = PREFIX) -> None:
     """Remove every object the migrations create, whatever state an earlier run left."""
     names = dbqueue.App(engine, table_prefix=prefix).names
     with engine.begin() as conn:
-        for table in (names.jobs, names.subscriptions, names.maintenance, names.version_table):
+        for table in (*names.all, names.version_table):
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
         if engine.dialect.name == "postgresql":
             conn.execute(sa.text(f"DROP FUNCTION IF EXISTS {names.jobs}_notify()"))
