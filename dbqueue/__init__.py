@@ -9,11 +9,18 @@ from .compat import DeadSubscriber, QueueClient, Subscriber, WorkerBase, WorkerP
 from .config import Settings
 from .errors import (
     AttemptFailed,
+    CallFromHandlerError,
     ConfigurationError,
     DatabaseUnavailableError,
     DbqueueError,
+    Discard,
+    JobCancelledError,
+    JobFailedError,
+    JobNotFinishedError,
+    JobNotFoundError,
     JobTimeoutError,
     PayloadError,
+    Retry,
     SchemaMissingError,
     StrategyNotSupportedError,
     UnknownTaskError,
@@ -21,6 +28,7 @@ from .errors import (
 )
 from .job import Job, MalformedPayload, Status
 from .pubsub import Subscription
+from .results import Message
 from .retry import linear_backoff
 from .webhooks import DEFAULT_WEBHOOK_TIMEOUT
 from .worker import JobSession, Worker, WorkerSummary
@@ -34,16 +42,24 @@ __all__ = [
     "DEFAULT_WEBHOOK_TIMEOUT",
     "App",
     "AttemptFailed",
+    "CallFromHandlerError",
     "ConfigurationError",
     "DatabaseUnavailableError",
     "DbqueueError",
     "DeadSubscriber",
+    "Discard",
     "Job",
+    "JobCancelledError",
+    "JobFailedError",
+    "JobNotFinishedError",
+    "JobNotFoundError",
     "JobSession",
     "JobTimeoutError",
     "MalformedPayload",
+    "Message",
     "PayloadError",
     "QueueClient",
+    "Retry",
     "SchemaMissingError",
     "Settings",
     "Status",

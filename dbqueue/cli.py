@@ -1,4 +1,5 @@
-"""``dbqueue`` command line: worker, migrate, enqueue, stats, dead, subscriptions, server."""
+"""``dbqueue`` command line: worker, migrate, enqueue, stats, dead, subscriptions, server,
+result, job show."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import logging
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,14 @@ from .config import (
     redact,
 )
 from .dialects import resolve_url
-from .errors import ConfigurationError, DatabaseUnavailableError, DbqueueError
+from .errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    DbqueueError,
+    JobCancelledError,
+    JobFailedError,
+    JobNotFinishedError,
+)
 from .monitoring import STATUS_KEYS
 from .pubsub import Subscription, parse_header, redact_headers, redact_url
 
@@ -725,6 +734,66 @@ def subscriptions_remove(app: App, subscription_id: str) -> None:
     """Delete a subscription (its pending webhook deliveries fail their attempts)."""
     sub = app.remove_subscription(None, subscription_id)
     click.echo(f"removed subscription {sub.id} (topic {sub.topic})")
+
+
+# ---- results: dbqueue result, dbqueue job show -------------------------------------------------
+class _JobError(click.ClickException):
+    """One line, and an exit status that says why there is no result."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+#: ``dbqueue result`` exit statuses (1: any other error, such as no such job).
+RESULT_EXIT = {JobCancelledError: 4, JobFailedError: 3, JobNotFinishedError: 5}
+
+
+@cli.command()
+@database_options
+@click.argument("job_id", type=int)
+@click.option("--wait", type=float, help="Seconds to wait for the job to finish (default: none).")
+def result(app: App, job_id: int, wait: float | None) -> None:
+    """Print a finished job's result as JSON (exit 3: dead, 4: cancelled, 5: not finished)."""
+    try:
+        value = app.result(job_id, timeout=wait)
+    except (JobFailedError, JobNotFinishedError) as exc:
+        code = next(c for kind, c in RESULT_EXIT.items() if isinstance(exc, kind))
+        raise _JobError(str(exc).splitlines()[0], code) from None
+    click.echo(json.dumps(value, ensure_ascii=False, sort_keys=True))
+
+
+@cli.group()
+def job() -> None:
+    """One job, every column."""
+
+
+@job.command("show")
+@database_options
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def job_show(app: App, job_id: int, as_json: bool) -> None:
+    """Every column of a job; its payload and result as indented JSON."""
+    row = app.get_job(job_id)
+    if row is None:
+        raise click.ClickException(
+            f"there is no job {job_id} in {app.names.qualified_jobs}: it was never enqueued "
+            "there, or purged after its retention period"
+        )
+    if as_json:
+        click.echo(json.dumps(row, indent=2, ensure_ascii=False, default=_json_default))
+        return
+    width = max(map(len, row))
+    for name, value in row.items():
+        if name in ("payload", "result"):
+            text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+        else:
+            text = "" if value is None else str(value)
+        if "\n" in text:
+            click.echo(f"{name}:")
+            click.echo(textwrap.indent(text, "    "))
+        else:
+            click.echo(f"{name:<{width}}  {text}")
 
 
 def _json_default(value: Any) -> Any:

@@ -7,6 +7,9 @@ know which database raised them.
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
 
 class DbqueueError(Exception):
     """Base class of every error dbqueue raises on purpose."""
@@ -51,3 +54,71 @@ class AttemptFailed(DbqueueError):
     message (status, response excerpt) says everything; a stack trace would only bury it.
     The attempt is retried, then dead-lettered, like any other failure.
     """
+
+
+class JobFailedError(DbqueueError):
+    """The job whose result was asked for is dead: its attempts ran out, or its handler raised
+    ``Discard``. ``job_id`` names it and ``last_error`` holds the last attempt's message (the
+    exception and its traceback). It will never have a result; ``dbqueue dead requeue`` runs it
+    again."""
+
+    def __init__(self, message: str, job_id: int, last_error: str | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.last_error = last_error
+
+
+class JobCancelledError(JobFailedError):
+    """The job whose result was asked for was cancelled: it will never have a result. A kind of
+    JobFailedError, so that ``except JobFailedError`` covers every job that cannot answer."""
+
+
+class JobNotFinishedError(DbqueueError, TimeoutError):
+    """The job has not finished within the time the caller gave (none: it was not finished when
+    asked). A ``TimeoutError`` too. The job is left as it is and may still run: ``job_id``
+    names it for a later ``app.result(job_id)``."""
+
+    def __init__(self, message: str, job_id: int) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class JobNotFoundError(DbqueueError, LookupError):
+    """No job has this id (never enqueued here, or purged after its retention period)."""
+
+
+class CallFromHandlerError(DbqueueError):
+    """``app.call`` from inside a handler: the handler would wait, holding a worker thread and
+    its transaction, for a job that may need that very thread."""
+
+
+class Discard(Exception):  # noqa: N818 - the issue's public name
+    """Raised by a handler: the job is dead at once, whatever attempts it has left, and its dead
+    handler runs (as for a job whose attempts ran out). The attempt is recorded like any failed
+    one, with ``Discard: <reason>`` as its message; its session's writes roll back."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason)
+        self.reason = str(reason)
+
+
+class Retry(Exception):  # noqa: N818 - the issue's public name
+    """Raised by a handler: run the job again in exactly ``in_seconds`` (a number or a
+    ``timedelta``), instead of after the task's backoff. The attempt counts, and is recorded
+    like a failed one with ``Retry: …`` as its message; its session's writes roll back. On the
+    job's last attempt it dies as any failure would, and its dead handler runs."""
+
+    def __init__(self, reason: str = "", *, in_seconds: float | Any) -> None:
+        seconds = in_seconds.total_seconds() if isinstance(in_seconds, timedelta) else in_seconds
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not 0 <= seconds < 10**9
+        ):
+            raise ValueError(
+                f"Retry(in_seconds={in_seconds!r}): in_seconds must be a number of seconds "
+                "(or a timedelta), 0 or more"
+            )
+        super().__init__(reason)
+        self.reason = str(reason)
+        self.in_seconds = float(seconds)

@@ -115,6 +115,7 @@ class Job(ItemAccess):
         "created_at",
         "started_at",
         "worker_id",
+        "awaited",
     )
     ITEM_NAMES = frozenset(__slots__)
     ITEM_ALIASES: ClassVar[Mapping[str, str | Callable[[Job], Any]]] = {}
@@ -147,6 +148,7 @@ class Job(ItemAccess):
     created_at: dt.datetime
     started_at: dt.datetime | None
     worker_id: str | None
+    awaited: bool | None  # a caller waits for this job's end (app.call)
 
     def __init__(self, **fields: Any) -> None:
         for name in self.__slots__:

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 
 from .engine import FailResult, QueueEngine
 from .job import Job
-from .retry import Backoff, retry_delay
+from .retry import BACKOFF, Backoff, Requested, retry_delay
 from .tasks import TaskRegistry
 
 
@@ -24,18 +24,26 @@ class RetryPolicy:
     registry: TaskRegistry
     default_backoff: Backoff
 
-    def retry_in(self, job: Job) -> float | None:
-        """Seconds until the next attempt, or None: attempts are exhausted, the job is dead."""
+    def retry_in(self, job: Job, requested: Requested = BACKOFF) -> float | None:
+        """Seconds until the next attempt, or None: attempts are exhausted (or the handler
+        discarded the job, ``requested`` None), the job is dead. ``requested`` seconds (the
+        handler raised Retry) replace the backoff."""
         backoff = self.registry.backoff_for(job) or self.default_backoff
-        return retry_delay(job.attempt, job.max_attempts, backoff)
+        return retry_delay(job.attempt, job.max_attempts, backoff, requested)
 
     def fail(
-        self, conn: Connection, engine: QueueEngine, job: Job, message: str, **where: Any
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        job: Job,
+        message: str,
+        requested: Requested = BACKOFF,
+        **where: Any,
     ) -> tuple[FailResult, float | None]:
         """Record the failed attempt; ``where`` narrows the UPDATE (expected status, worker id,
         attempt increment …, see ``QueueEngine.fail``). Returns the result and the retry
         delay (None: dead)."""
-        delay = self.retry_in(job)
+        delay = self.retry_in(job, requested)
         failed = engine.fail(
             conn,
             job,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 #: A backoff maps the number of the attempt that just failed (1, 2, …) to seconds to wait.
 Backoff = Callable[[int], float]
@@ -20,8 +21,26 @@ def linear_backoff(base_interval: float = DEFAULT_BASE_INTERVAL) -> Backoff:
     return backoff
 
 
-def retry_delay(attempt: int, max_attempts: int, backoff: Backoff) -> float | None:
-    """Seconds until the next attempt, or None when attempts are exhausted (the job is dead)."""
-    if attempt >= max_attempts:
+class _BackoffRule:
+    """The retry delay a failed attempt gets unless its handler asked for another."""
+
+    def __repr__(self) -> str:
+        return "BACKOFF"
+
+
+#: "Retry after the backoff rule": what a failure asks for unless its handler raised Discard
+#: (None: dead now) or Retry (a number of seconds).
+BACKOFF: Final = _BackoffRule()
+Requested = float | None | _BackoffRule
+
+
+def retry_delay(
+    attempt: int, max_attempts: int, backoff: Backoff, requested: Requested = BACKOFF
+) -> float | None:
+    """Seconds until the next attempt, or None when the job is dead: attempts are exhausted, or
+    its handler discarded it (``requested`` None). ``requested`` seconds replace the backoff."""
+    if requested is None or attempt >= max_attempts:
         return None
-    return max(0.0, float(backoff(attempt)))
+    if isinstance(requested, _BackoffRule):
+        return max(0.0, float(backoff(attempt)))
+    return requested

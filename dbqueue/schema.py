@@ -177,6 +177,7 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         _timestamp("finished_at"),
         _timestamp("updated_at", server_now=True, nullable=False),
         sa.Column("result", Payload(), nullable=True),  # the handler's return value, as JSON
+        sa.Column("awaited", sa.Boolean(), nullable=True),  # a caller waits (app.call)
         _timestamp("cancel_requested_at"),  # a cancel asked of a running job
         schema=names.schema,
         **_table_kwargs("jobs"),

@@ -60,6 +60,14 @@ class Notifier:
         """Push "work available" for these queues (re-notify); returns how many were sent."""
         return 0
 
+    #: True when ``announce_finished`` pushes something (the worker then collects the ids).
+    announces_finished: bool = False
+
+    def announce_finished(self, channel: str, job_ids: Sequence[int]) -> None:
+        """After the commit that finished these awaited jobs (``app.call``): tell their callers
+        through this channel, where it can (the lock server). PostgreSQL's NOTIFY needs none of
+        this: the engine sends it inside the transaction."""
+
 
 class PollingOnly(Notifier):
     """No push channel: workers poll, faster while busy, slower while idle."""

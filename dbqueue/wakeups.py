@@ -70,6 +70,11 @@ class CommitWaker:
     def _wake_session(self, session: Session) -> None:
         self._wake(self._hints(), sorted(session.info.pop("dbqueue_wake", set())))
 
+    def lock_server_client(self) -> LockServerClient | None:
+        """The lock server connection this App's enqueues hint (None: it knows none), which
+        callers waiting for jobs also subscribe through."""
+        return self._hints()
+
     def _hints(self) -> LockServerClient | None:
         """The lock server connection enqueues hint, when this queue's jobs are claimed
         through one."""

@@ -36,6 +36,7 @@ from .pubsub import (
     display_url,
     is_secret_header,
 )
+from .results import Message
 
 #: Seconds to wait for a connection and for each answer (the seed's DEFAULT_WEBHOOK_TIMEOUT).
 DEFAULT_WEBHOOK_TIMEOUT = 20.0
@@ -183,7 +184,7 @@ class WebhookHandler:
         self.store = store
         self.sender = sender
 
-    def __call__(self, job: Job, session: Session) -> str:
+    def __call__(self, job: Job, session: Session) -> Message:
         subscription_id = job.subscription_id
         assert subscription_id is not None
         subscription = self.store.get(session.connection(), subscription_id)
@@ -206,7 +207,9 @@ class WebhookHandler:
                 f"(`dbqueue subscriptions enable {subscription_id}`) and this delivery goes "
                 "out on its next attempt"
             )
-        return self.sender.send(subscription, job)
+        # The call's outcome (status, an excerpt of the answer) is a line for people: the
+        # job's message, not a result.
+        return Message(self.sender.send(subscription, job))
 
 
 def query_parameters(payload: Any) -> dict[str, str] | None:

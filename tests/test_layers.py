@@ -38,6 +38,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # app: the user-facing facade (registration, enqueue/publish, sync and async) and its parts.
     "app": (
         "dbqueue.app",
+        "dbqueue.calls",
         "dbqueue.client",
         "dbqueue.monitoring",
         "dbqueue.publishing",
@@ -71,6 +72,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.config",
         "dbqueue.identifiers",
         "dbqueue.payload",
+        "dbqueue.results",
         "dbqueue.job",
         "dbqueue.retry",
         "dbqueue.wakeup",

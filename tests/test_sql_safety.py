@@ -136,5 +136,5 @@ def test_no_user_value_is_ever_part_of_the_sql_text(backend):
     inlined = [s for s in statements if MARK in s or str(TENANT) in s]
     assert inlined == [], inlined
     jobs = backend.jobs()
-    assert any(j["message"] == f"done_{MARK}" for j in jobs)  # the values did reach the table
+    assert any(j["result"] == f"done_{MARK}" for j in jobs)  # the values did reach the table
     assert any(j["payload"] == {"v": f"payload_{MARK}'--", "fail": True} for j in jobs)

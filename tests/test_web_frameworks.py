@@ -96,7 +96,7 @@ def test_a_committed_request_enqueues_and_a_worker_runs_the_job(web, database):
     assert orders(web) == {42: False}
     summary = database.run_worker(web.queue)
     assert summary.succeeded == 1
-    assert web.queue.get_job(job_id)["message"] == "invoiced 42"
+    assert web.queue.get_job(job_id)["result"] == "invoiced 42"
     assert orders(web) == {42: True}  # the handler's write committed with the job
 
 

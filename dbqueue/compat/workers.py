@@ -19,6 +19,7 @@ from ..errors import AttemptFailed
 from ..identifiers import check_subscription_id
 from ..job import Job
 from ..pubsub import Subscription
+from ..results import Message
 from ..tasks import ANY_TOPIC, TaskDefinition
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -74,8 +75,9 @@ class WorkerBase(_SeedWorker):
             name="*", handler=self._run_execute, dead_handler=self._run_execute_dead
         )
 
-    def execute(self, payload: Any, job: Job, session: Any) -> str | None:
-        """Process one task; the return value becomes the job's message."""
+    def execute(self, payload: Any, job: Job, session: Any) -> Any:
+        """Process one task; a returned string becomes the job's message (the seed's
+        ``mensagem``), any other value its result (JSON)."""
         raise TypeError(f"{type(self).__name__} must implement execute(payload, job, session)")
 
     def execute_dead(self, payload: Any, job: Job, session: Any) -> str | None:
@@ -85,11 +87,16 @@ class WorkerBase(_SeedWorker):
         )
         return f"dead task of job {job.live_id} logged"
 
-    def _run_execute(self, job: Job, session: Any) -> str | None:
-        return self.execute(job.payload, job, session)
+    def _run_execute(self, job: Job, session: Any) -> Any:
+        return seed_outcome(self.execute(job.payload, job, session))
 
-    def _run_execute_dead(self, job: Job, session: Any) -> str | None:
-        return self.execute_dead(job.payload, job, session)
+    def _run_execute_dead(self, job: Job, session: Any) -> Any:
+        return seed_outcome(self.execute_dead(job.payload, job, session))
+
+
+def seed_outcome(value: Any) -> Any:
+    """The seed's methods return the text of the job's message: kept there, not as a result."""
+    return Message(value) if isinstance(value, str) else value
 
 
 _SUBSCRIBER = "_dbqueue_subscriber"
@@ -160,7 +167,7 @@ class WorkerPubSubBase(_SeedWorker):
 
         def handler(job: Job, session: Any) -> Any:
             subscription = self._subscription(job, session)
-            return method(job.payload, subscription, job, session)
+            return seed_outcome(method(job.payload, subscription, job, session))
 
         handler.__qualname__ = getattr(method, "__qualname__", repr(method))
         handler.__module__ = getattr(method, "__module__", __name__)

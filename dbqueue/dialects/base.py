@@ -9,7 +9,7 @@ same way: ``supports_*`` flags filled in when the first connection reveals the v
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -122,6 +122,22 @@ class Dialect(abc.ABC):
     def notifier(self, engine: Engine, channel: str) -> Notifier:
         """How this database tells idle workers that jobs arrived (default: it cannot)."""
         return PollingOnly()
+
+    def announce(self, conn: Connection, channel: str, message: str) -> None:
+        """Send ``message`` on ``channel`` when ``conn``'s transaction commits, where the
+        database can push (default: it cannot; listeners poll)."""
+
+    def finish_listener(
+        self, engine: Engine, channel: str, on_finished: Callable[[list[int] | None], None]
+    ) -> Notifier | None:
+        """A listener (not started) that calls ``on_finished(job_ids)`` for each announcement
+        that awaited jobs finished, and ``on_finished(None)`` whenever announcements may have
+        been missed (it (re)connected); None where the database cannot push."""
+        return None
+
+    def json_value(self, value: ColumnElement) -> ColumnElement:
+        """A bound JSON text as a value a JSON column accepts inside an expression (a CASE)."""
+        return value
 
     # ---- column types -------------------------------------------------------------------------
     @classmethod

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..sqltypes import JsonText, NativeJson
 from ..wakeup import Notifier
 from .base import Dialect, driver_code, registers_schema, seconds_expression, with_driver
-from .pg_listen import PgNotifier
+from .pg_listen import PgFinishListener, PgNotifier
 
 _UNDEFINED_TABLE = "42P01"
 _UTC = dt.timezone.utc
@@ -103,6 +103,18 @@ class PostgresDialect(Dialect):
 
     def notifier(self, engine: Engine, channel: str) -> Notifier:
         return PgNotifier(engine, channel)
+
+    def announce(self, conn: Connection, channel: str, message: str) -> None:
+        conn.execute(sa.select(sa.func.pg_notify(channel, message)))
+
+    def finish_listener(
+        self, engine: Engine, channel: str, on_finished: Callable[[list[int] | None], None]
+    ) -> Notifier | None:
+        return PgFinishListener(engine, channel, on_finished)
+
+    def json_value(self, value: ColumnElement) -> ColumnElement:
+        # A CASE of text parameters is text, which a jsonb column does not take without a cast.
+        return sa.cast(value, postgresql.JSONB)
 
     @classmethod
     def json_type(cls) -> sa.types.TypeEngine:

@@ -5,13 +5,14 @@ payload to its dead handler."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .. import payload as payload_codec
+from .. import results as results_codec
 from ..job import Job, MalformedPayload, Status
 from .inserts import Inserts
 from .records import FailResult, NewJob, truncate
@@ -38,11 +39,24 @@ class Outcomes(Inserts):
     ) -> int:
         """Mark a batch succeeded with one UPDATE; returns how many rows it changed.
 
+        Each job comes with what its handler returned, as stored: None (no result), an
+        ``EncodedPayload`` (the JSON for the ``result`` column) or any other text (a message
+        for the ``message`` column). Success clears ``message`` otherwise.
         ``claimed_by``: only rows this worker claimed (a committed claim's fence: a job that
         was rescued and claimed again since belongs to someone else)."""
         if not done:
             return 0
-        messages = {job.id: truncate(message) for job, message in done if message is not None}
+        results: dict[int, Any] = {}
+        messages: dict[int, Any] = {}
+        awaited = False
+        for job, value in done:
+            if value is not None:
+                if type(value) is payload_codec.EncodedPayload:
+                    results[job.id] = value
+                else:
+                    messages[job.id] = truncate(value)
+            if job.awaited:
+                awaited = True
         params = {
             "expected_status": expected_status,
             "increment": attempt_increment,
@@ -53,24 +67,51 @@ class Outcomes(Inserts):
         if fenced:
             params["claimed_by"] = claimed_by
         ids = [job.id for job, _ in done]
-        if not messages:
+        if not results and not messages:
             # One statement per batch length, ids as separate parameters: compiled in advance.
             size = len(ids)
             stmt = self.statement(
                 f"complete:{fenced}:{size}",
-                lambda: self._build_complete(sa.null(), fenced, self._id_list(size)),
+                lambda: self._build_complete(fenced, self._id_list(size)),
             )
             params.update(zip(_id_names(size), ids, strict=True))
-            return self.compiled(stmt).rowcount(conn, params)
-        # Handlers that return a message: one CASE arm per message (rarer, built per batch).
-        j = self.jobs
-        params["ids"] = ids
-        stmt = self._build_complete(
-            sa.case(messages, value=j.c.id, else_=sa.null()),
-            fenced,
-            self.dialect.in_list(j.c.id, "ids"),
+            changed = self.compiled(stmt).rowcount(conn, params)
+        else:
+            # Handlers that return something: one CASE arm per value (built per batch).
+            j = self.jobs
+            params["ids"] = ids
+            stmt = self._build_complete(
+                fenced,
+                self.dialect.in_list(j.c.id, "ids"),
+                message=self._case(messages, sa.Text()),
+                result=self._case(results, j.c.result.type, self.dialect.json_value),
+            )
+            changed = conn.execute(stmt, params).rowcount
+        if awaited:
+            self.announce_finished(conn, [job.id for job, _ in done if job.awaited])
+        return changed
+
+    def announce_finished(self, conn: Connection, job_ids: Sequence[int]) -> None:
+        """Tell the callers waiting for these jobs (``app.call``) that they finished, where the
+        database can push (PostgreSQL: a NOTIFY, delivered when the transaction commits)."""
+        self.dialect.announce(
+            conn, self.tables.names.qualified_jobs, results_codec.finished_notice(job_ids)
         )
-        return conn.execute(stmt, params).rowcount
+
+    def _case(
+        self,
+        values: dict[int, Any],
+        type_: Any,
+        wrap: Callable[[sa.ColumnElement], sa.ColumnElement] | None = None,
+    ) -> sa.ColumnElement:
+        """``CASE id WHEN … THEN :value … END`` (NULL for the other ids), or NULL."""
+        if not values:
+            return sa.null()
+        arms = {}
+        for job_id, value in values.items():
+            bound = sa.bindparam(None, value, type_=type_)
+            arms[job_id] = wrap(bound) if wrap is not None else bound
+        return sa.case(arms, value=self.jobs.c.id, else_=sa.null())
 
     def _id_list(self, size: int) -> sa.ColumnElement:
         id_type = self.jobs.c.id.type
@@ -78,13 +119,17 @@ class Outcomes(Inserts):
         return self.jobs.c.id.in_(binds)
 
     def _build_complete(
-        self, message: sa.ColumnElement, fenced: bool, ids: sa.ColumnElement
+        self,
+        fenced: bool,
+        ids: sa.ColumnElement,
+        message: sa.ColumnElement | None = None,
+        result: sa.ColumnElement | None = None,
     ) -> sa.Update:
         j = self.jobs
         now = self.dialect.now()
         started = sa.bindparam("started", type_=j.c.started_at.type)
         fence = [j.c.worker_id == sa.bindparam("claimed_by", type_=j.c.worker_id.type)]
-        return (
+        stmt = (
             sa.update(j)
             .where(
                 ids,
@@ -95,7 +140,7 @@ class Outcomes(Inserts):
             .values(
                 status=Status.SUCCEEDED,
                 attempt=j.c.attempt + sa.bindparam("increment", type_=sa.Integer()),
-                message=message,
+                message=sa.null() if message is None else message,
                 started_at=started,
                 first_attempt_at=sa.func.coalesce(j.c.first_attempt_at, started),
                 finished_at=now,
@@ -103,6 +148,8 @@ class Outcomes(Inserts):
                 worker_id=sa.bindparam("worker_id", type_=j.c.worker_id.type),
             )
         )
+        # Jobs that return nothing leave result alone (NULL: a job succeeds once).
+        return stmt if result is None else stmt.values(result=result)
 
     def fail(
         self,
@@ -150,6 +197,8 @@ class Outcomes(Inserts):
         if same_attempt:
             guard.append(j.c.attempt == job.attempt - attempt_increment)
         changed = conn.execute(sa.update(j).where(*guard).values(values)).rowcount
+        if changed and retry_in is None and job.awaited:
+            self.announce_finished(conn, [job.id])
         if changed and retry_in is None and dead_letter and not job.dead:
             return FailResult(changed, self.insert(conn, self.dead_letter_of(job)))
         return FailResult(changed)

@@ -23,6 +23,18 @@ class Queries(EngineBase):
             row = conn.execute(sa.select(self.jobs).where(self.jobs.c.id == job_id)).first()
         return dict(row._mapping) if row is not None else None
 
+    def finish_state(self, conn: Connection, job_id: int) -> dict[str, Any] | None:
+        """What a caller waiting for a job reads (``app.result``, ``app.call``): where it is,
+        and its result or last message; None if there is no such job."""
+        j = self.jobs
+        columns = ("id", "task", "queue", "status", "attempt", "max_attempts", "run_at")
+        stmt = sa.select(
+            *(j.c[name] for name in columns), j.c.result, j.c.message, j.c.awaited
+        ).where(j.c.id == job_id)
+        with self.translate_errors():
+            row = conn.execute(stmt).first()
+        return dict(row._mapping) if row is not None else None
+
     def find_equivalent(
         self,
         conn: Connection,

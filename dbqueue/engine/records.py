@@ -37,6 +37,8 @@ class NewJob:
     subscription_id: str | None = None
     dead: bool = False
     live_id: int | None = None
+    #: A caller waits for the job's end (``app.call``): the worker announces it.
+    awaited: bool = False
 
     def values(self) -> dict[str, Any]:
         """Column values: the always-set columns and the optional ones this job sets."""

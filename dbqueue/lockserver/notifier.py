@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy.engine import Connection
 
+from .. import results
 from ..wakeup import Notifier
 from .client import LockServerClient, Send
 
@@ -40,6 +41,11 @@ class LockServerNotifier(Notifier):
     def notify(self, conn: Connection, queues: Sequence[str]) -> int:
         self.client.hint(queues)
         return len(queues)
+
+    announces_finished = True
+
+    def announce_finished(self, channel: str, job_ids: Sequence[int]) -> None:
+        self.client.hint([results.finished_name(channel, job_id) for job_id in job_ids])
 
     def _connected(self, send: Send) -> None:
         # Jobs enqueued while this process was not connected were pushed to nobody.

@@ -22,11 +22,14 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from ..engine import QueueEngine
-from ..errors import AttemptFailed, DbqueueError, JobTimeoutError
+from ..errors import AttemptFailed, DbqueueError, Discard, JobTimeoutError, Retry
 from ..job import Job, MalformedPayload
+from ..results import encode_result
+from ..retry import BACKOFF, Requested
 from ..runtime import RuntimeContext
 from ..strategies import ClaimStrategy
 from ..tasks import Handler
+from ..wakeup import Notifier
 from .joblog import JobLog
 from .session import JobSession
 from .watchdog import Abandoned, HandlerTimeout, Slot, Watchdog
@@ -43,8 +46,18 @@ class BatchResult:
 
 @dataclass(frozen=True)
 class Outcome:
+    """What running one job's handler produced. ``value``: what a success stores (None, the
+    result's JSON, or a Message); ``message``: a failure's; ``requested``: the retry a failure
+    asks for (the backoff rule; None: dead now, the handler raised Discard; seconds: Retry)."""
+
     ok: bool
-    message: str | None
+    message: str | None = None
+    value: str | None = None
+    requested: Requested = BACKOFF
+
+
+#: A handler that returned None: the common case, one shared object.
+SUCCEEDED = Outcome(True)
 
 
 @dataclass
@@ -52,7 +65,7 @@ class _Ran:
     """What running a batch's handlers produced, before the successes are written."""
 
     result: BatchResult = field(default_factory=BatchResult)
-    done: list[tuple[Job, str | None]] = field(default_factory=list)
+    done: list[tuple[Job, str | None]] = field(default_factory=list)  # (job, stored value)
     started: list[Job] = field(default_factory=list)
     changed: int = 0  # rows the failures' UPDATEs changed
 
@@ -64,9 +77,9 @@ class ClaimLostError(DbqueueError):
 class _HandlerFailed(Exception):
     """Without savepoints a failed handler's writes go only with the whole transaction."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.message)
+        self.outcome = outcome
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -74,6 +87,17 @@ def describe_failure(exc: BaseException) -> str:
     head = f"{type(exc).__name__}: {exc}".rstrip(": ")
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=20))
     return f"{head}\n{trace}"
+
+
+def asked_for(exc: Discard | Retry) -> Outcome:
+    """The failed attempt a handler's Discard (dead now) or Retry (again in exactly that many
+    seconds) stands for; its message starts the way the handler raised it."""
+    if isinstance(exc, Discard):
+        return Outcome(
+            False, f"Discard: {exc.reason or 'the handler discarded the job'}", None, None
+        )
+    reason = f": {exc.reason}" if exc.reason else ""
+    return Outcome(False, f"Retry(in_seconds={exc.in_seconds:g}){reason}", None, exc.in_seconds)
 
 
 def timeout_message(job: Job, timeout: float) -> str:
@@ -95,8 +119,10 @@ class BatchExecutor:
         slot: Slot | None = None,
         default_timeout: float | None = None,
         job_log: JobLog | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.registry = context.registry
+        self.max_result_bytes = context.max_payload_bytes
         self.policy = context.retry_policy
         #: Runs deliveries no code is registered for: webhook calls.
         self.webhooks = context.webhooks
@@ -110,6 +136,13 @@ class BatchExecutor:
         #: With ``log_jobs``: notes each run, logs it once committed. Without, no cost per job.
         self.job_log = job_log
         self.run_job = self.run_one if job_log is None else job_log.timed(self.run_one)
+        #: Where the end of awaited jobs is pushed after their commit (the lock server), if
+        #: anywhere: only then are their ids collected (PostgreSQL's NOTIFY is the engine's).
+        self.finish_channel = (
+            notifier if notifier is not None and notifier.announces_finished else None
+        )
+        self.channel = context.names.qualified_jobs
+        self._finished: list[int] = []
 
     # ---- in-transaction claims ----------------------------------------------------------------
     def execute(
@@ -150,7 +183,7 @@ class BatchExecutor:
         except ClaimLostError as lost:
             self._lost(conn, engine, jobs, lost)
             return BatchResult(skipped=len(jobs))
-        self.log_committed()
+        self.after_commit()
         return ran.result
 
     def _one_by_one(
@@ -175,20 +208,27 @@ class BatchExecutor:
                         self._watch(conn, [job])
                         outcome = self.run_job(JobSession(conn, savepoint=False), job)
                         if not outcome.ok:
-                            raise _HandlerFailed(outcome.message or "failed")
-                        done = [(job, outcome.message)]
+                            raise _HandlerFailed(outcome)
+                        self._awaited([job])
+                        done = [(job, outcome.value)]
                         changed = self._complete(conn, engine, done, claimed_by=self.worker_id)
                         self._check_still_ours(conn, engine, [job], changed)
                     result.succeeded += 1
-                    self.log_committed()
+                    self.after_commit()
                 except _HandlerFailed as failed:
+                    self._awaited([job])
                     with conn.begin():
                         recorded = self.record_failure(
-                            conn, engine, job, failed.message, claimed_by=self.worker_id
+                            conn,
+                            engine,
+                            job,
+                            failed.outcome.message or "failed",
+                            claimed_by=self.worker_id,
+                            requested=failed.outcome.requested,
                         )
                         self._check_still_ours(conn, engine, [job], recorded)
                     result.failed += 1
-                    self.log_committed()
+                    self.after_commit()
             except ClaimLostError as lost:
                 self._lost(conn, engine, [job], lost)
                 result.skipped += 1
@@ -230,6 +270,7 @@ class BatchExecutor:
         )
         if self.job_log is not None:
             self.job_log.drop()
+        self._finished = []
         self.give_back(conn, engine, jobs)
 
     # ---- running handlers ---------------------------------------------------------------------
@@ -246,6 +287,7 @@ class BatchExecutor:
         session = JobSession(conn)
         if self.job_log is not None:
             self.job_log.drop()  # runs noted in a batch that failed never committed
+        self._finished = []
         self._watch(conn, jobs)
         for job in jobs:
             if should_stop():
@@ -254,14 +296,20 @@ class BatchExecutor:
             ran.started.append(job)
             outcome = self.run_job(session, job)
             if outcome.ok:
-                ran.done.append((job, outcome.message))
+                ran.done.append((job, outcome.value))
                 ran.result.succeeded += 1
             else:
                 ran.changed += self.record_failure(
-                    conn, engine, job, outcome.message or "failed", claimed_by=claimed_by
+                    conn,
+                    engine,
+                    job,
+                    outcome.message or "failed",
+                    claimed_by=claimed_by,
+                    requested=outcome.requested,
                 )
                 ran.result.failed += 1
         ran.result.skipped = len(unstarted)
+        self._awaited(ran.started)
         if unstarted and not self.strategy.claims_in_transaction:
             engine.release_claims(conn, unstarted, claimed_by=claimed_by)  # committed: undo it
         return ran
@@ -282,10 +330,22 @@ class BatchExecutor:
             claimed_by=claimed_by,
         )
 
-    def log_committed(self) -> None:
-        """The jobs run so far have committed their outcomes: log them (with ``log_jobs``)."""
+    def after_commit(self) -> None:
+        """The jobs run so far have committed their outcomes: log them (with ``log_jobs``), and
+        tell the callers waiting for some of them (``app.call``) through the lock server."""
         if self.job_log is not None:
             self.job_log.committed()
+        if self._finished:
+            finished, self._finished = self._finished, []
+            assert self.finish_channel is not None
+            self.finish_channel.announce_finished(self.channel, finished)
+
+    def _awaited(self, jobs: list[Job]) -> None:
+        """Note the awaited jobs among ``jobs``, whose outcomes this transaction writes, when
+        their end is pushed after the commit (finished or not: a caller woken for a retry
+        looks, and waits on)."""
+        if self.finish_channel is not None:
+            self._finished += [job.id for job in jobs if job.awaited]
 
     def _watch(self, conn: Connection, jobs: list[Job]) -> None:
         """Tell the watchdog's slot what a stuck handler's thread holds."""
@@ -318,12 +378,19 @@ class BatchExecutor:
                     "it is async (or returns an awaitable), which a worker thread cannot await; "
                     "make it a plain def"
                 )
+            if value is None:
+                session.keep()
+                return SUCCEEDED
+            stored = encode_result(value, self.max_result_bytes)
             session.keep()
         except Abandoned:
             raise
         except AttemptFailed as exc:  # an expected failure whose message says it all
             session.discard()
             return Outcome(False, str(exc))
+        except (Discard, Retry) as exc:  # the handler says when the job runs again, if ever
+            session.discard()
+            return asked_for(exc)
         # BaseException: SystemExit, KeyboardInterrupt or GeneratorExit raised by a handler in
         # this thread would otherwise end the thread silently, leaving the worker short of one.
         except BaseException as exc:
@@ -335,7 +402,7 @@ class BatchExecutor:
             session.discard()
             log.debug("job %s (%s) raised", job.id, job.task, exc_info=True)
             return Outcome(False, describe_failure(exc))
-        return Outcome(True, None if value is None else str(value))
+        return Outcome(True, value=stored)
 
     def _run_watched(self, handler: Handler, job: Job, session: JobSession, timeout: float) -> Any:
         """Run the handler with the watchdog armed; a timeout becomes JobTimeoutError."""
@@ -370,15 +437,18 @@ class BatchExecutor:
         message: str,
         claimed_by: str | None = None,
         guarded: bool = False,
+        requested: Requested = BACKOFF,
     ) -> int:
         """Record a failed attempt (retry or dead); returns the rows changed (0: not ours).
         ``guarded``: only if the row is still at the attempt that ran (recording from outside
-        the batch transaction, after its end)."""
+        the batch transaction, after its end). ``requested``: the retry the handler asked for
+        (Discard: None; Retry: seconds), else the backoff rule."""
         failed, delay = self.policy.fail(
             conn,
             engine,
             job,
             message,
+            requested,
             attempt_increment=self.strategy.attempt_increment,
             expected_status=self.strategy.claimed_status,
             worker_id=self.worker_id,

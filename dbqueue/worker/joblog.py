@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("dbqueue.jobs")
 
 RunOne = Callable[[Any, Job], Any]
-#: (job, the handler succeeded, seconds it ran)
-Finished = tuple[Job, bool, float]
+#: (job, its Outcome — ok, and the retry a failure asked for —, seconds it ran)
+Finished = tuple[Job, Any, float]
 MESSAGE = "job %s (%s) %s in %.1f ms (queue %s, attempt %s)"
 #: Batches waiting for the writer before a worker thread waits for it (memory stays bounded
 #: when records are made more slowly than jobs finish).
@@ -57,11 +57,11 @@ class JobLogWriter:
     def _run(self) -> None:
         while (batch := self._batches.get()) is not None:
             if log.isEnabledFor(logging.INFO):
-                for job, ok, seconds in batch:
-                    self._emit(job, ok, seconds)
+                for job, result, seconds in batch:
+                    self._emit(job, result, seconds)
 
-    def _emit(self, job: Job, ok: bool, seconds: float) -> None:
-        outcome = "succeeded" if ok else self._failure(job)
+    def _emit(self, job: Job, result: Any, seconds: float) -> None:
+        outcome = "succeeded" if result.ok else self._failure(job, result.requested)
         duration_ms = round(seconds * 1000, 3)
         fields = {
             "task": job.task,
@@ -80,9 +80,9 @@ class JobLogWriter:
             )
         )
 
-    def _failure(self, job: Job) -> str:
-        """The rule the failure was recorded by: no retry left means dead."""
-        return "dead" if self._policy.retry_in(job) is None else "failed"
+    def _failure(self, job: Job, requested: Any) -> str:
+        """The rule the failure was recorded by: no retry left (or Discard) means dead."""
+        return "dead" if self._policy.retry_in(job, requested) is None else "failed"
 
 
 class JobLog:
@@ -99,7 +99,7 @@ class JobLog:
         def run(session: Any, job: Job) -> Any:
             started = clock()
             outcome = run_one(session, job)
-            self._pending.append((job, outcome.ok, clock() - started))
+            self._pending.append((job, outcome, clock() - started))
             return outcome
 
         return run

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..errors import SchemaMissingError
 from ..lockserver.client import LockServerUnavailableError
+from ..results import running_handlers
 from ..wakeup import Notifier, WakeSignal
 from .executor import BatchExecutor, BatchResult
 from .joblog import JobLog, JobLogWriter
@@ -90,7 +91,8 @@ class ClaimLoop:
 
     def _thread_main(self, index: int) -> None:
         try:
-            self._thread_loop(index)
+            with running_handlers():  # app.call from a handler is refused: it would wait on itself
+                self._thread_loop(index)
         except Abandoned:
             log.info("abandoned worker thread %d unblocked and ended without writing", index)
         except BaseException:  # a bug: say so, and let the supervisor see the thread end
@@ -107,6 +109,7 @@ class ClaimLoop:
             slot=slot,
             default_timeout=self.job_timeout,
             job_log=JobLog(self.job_log_writer) if self.job_log_writer is not None else None,
+            notifier=self.notifier,
         )
         state = _ThreadState(turn=index, idle=self.min_poll_interval, early_seen=self._early_wakes)
         try:
@@ -231,7 +234,7 @@ class ClaimLoop:
                 if not jobs:
                     return None
                 done = executor.execute(conn, engine, jobs, lambda: self.stopping)
-            executor.log_committed()
+            executor.after_commit()
             return done
         jobs = self.strategy.claim(conn, engine, queue, limit, worker_id)  # commits 'running'
         if not jobs:

@@ -34,7 +34,8 @@ def test_handler_writes_commit_if_and_only_if_the_job_succeeds(backend):
     assert (summary.succeeded, summary.failed) == (1, 1)
     assert backend.effect_ids() == [good_id]
     jobs = {j["id"]: j for j in backend.jobs()}
-    assert jobs[good_id]["status"] == "succeeded" and jobs[good_id]["message"] == "fine"
+    assert jobs[good_id]["status"] == "succeeded" and jobs[good_id]["result"] == "fine"
+    assert jobs[good_id]["message"] is None
     assert jobs[good_id]["finished_at"] is not None and jobs[good_id]["started_at"] is not None
     assert jobs[bad_id]["status"] == "dead"
     assert jobs[bad_id]["message"].startswith("RuntimeError: handler failed after writing")

@@ -64,7 +64,7 @@ def test_a_handler_running_past_its_timeout_fails_that_attempt_and_is_retried(ba
     # A long grace: the exception alone must stop this handler, with no thread given up.
     summary = backend.run_worker(app, concurrency=1, timeout_grace=60)
     job = app.get_job(job_id)
-    assert (job["status"], job["attempt"], job["message"]) == ("succeeded", 2, "quick this time")
+    assert (job["status"], job["attempt"], job["result"]) == ("succeeded", 2, "quick this time")
     assert job["previous_status"] == "failed"
     assert job["previous_message"].startswith(
         f"JobTimeoutError: job {job_id} (task 'spinner') ran past its 0.5 s timeout"
@@ -150,7 +150,7 @@ def test_a_handler_blocked_in_c_is_abandoned_its_claim_released_and_its_thread_r
     assert not runner.is_alive()  # run() returned although the abandoned thread is blocked
     assert worker.summary.abandoned_threads == 1
     job = app.get_job(stuck_id)
-    assert (job["attempt"], job["message"]) == (2, "second attempt")
+    assert (job["attempt"], job["result"]) == (2, "second attempt")
     message = job["previous_message"]
     assert message.startswith(f"JobTimeoutError: job {stuck_id} (task 'stuck') ran past its 0.5 s")
     assert "thread was abandoned" in message and "connection ended" in message, message
@@ -160,7 +160,7 @@ def test_a_handler_blocked_in_c_is_abandoned_its_claim_released_and_its_thread_r
     assert late_write[0] == "timeout" and late_write[1] != "flushed", late_write
     time.sleep(0.5)  # give the unblocked thread time to try anything else it would
     assert effect_rows(backend, "job_id", "note") == [(stuck_id, "attempt 2"), (other_id, "other")]
-    assert app.get_job(stuck_id)["message"] == "second attempt"
+    assert app.get_job(stuck_id)["result"] == "second attempt"
 
 
 @pytest.mark.parametrize("timeout", [0, -1, "10", True])

@@ -48,7 +48,7 @@ def test_one_failing_subscriber_never_reruns_or_blocks_another(backend):
     live = backend.deliveries(publication_id)
     assert set(live) == {"index", "erp"}
     index, erp = live["index"], live["erp"]
-    assert (index["status"], index["attempt"], index["message"]) == (
+    assert (index["status"], index["attempt"], index["result"]) == (
         "succeeded",
         1,
         "indexed order 42",
@@ -67,7 +67,7 @@ def test_one_failing_subscriber_never_reruns_or_blocks_another(backend):
         "erp",
         publication_id,
     )
-    assert (dead["status"], dead["message"]) == ("succeeded", "ticket opened")
+    assert (dead["status"], dead["result"]) == ("succeeded", "ticket opened")
     assert runs["erp_dead"] == [(erp["id"], "erp", {"order": 42})]
     # Only the successful handlers' writes remain; erp's three attempts rolled back theirs.
     assert backend.effect_ids() == sorted([index["id"], dead["id"]])
@@ -202,8 +202,8 @@ def test_subscriber_options_and_explicit_publish_options(backend):
     # Registered queues are consumed by default; explicit options beat registered ones.
     backend.run_worker(app)
     finished = backend.deliveries(publication_id)
-    assert finished["slow_lane"]["message"] == "reports:5"
-    assert finished["plain"]["message"] == "default:50"
+    assert finished["slow_lane"]["result"] == "reports:5"
+    assert finished["plain"]["result"] == "default:50"
 
     explicit = app.publish(None, "report.requested", {}, queue="urgent", priority=1)
     assert {(j["queue"], j["priority"]) for j in backend.deliveries(explicit).values()} == {
@@ -306,4 +306,4 @@ def test_plain_sql_subscriptions_are_honoured(backend):
 
     publication_id = app.publish(None, "by.sql", {})
     backend.run_worker(app)
-    assert backend.deliveries(publication_id)["sql_made"]["message"] == "via sql"
+    assert backend.deliveries(publication_id)["sql_made"]["result"] == "via sql"

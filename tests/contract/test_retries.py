@@ -89,7 +89,8 @@ def test_retried_job_eventually_succeeds(backend):
     backend.drain(app, rounds=50)
     job = app.get_job(job_id)
     assert attempts == [1, 2, 3]
-    assert (job["status"], job["attempt"], job["message"]) == ("succeeded", 3, "finally")
+    assert (job["status"], job["attempt"], job["result"]) == ("succeeded", 3, "finally")
+    assert job["message"] is None  # a success clears the failed attempt's message
     assert job["previous_message"].startswith("RuntimeError: not yet")
     assert backend.effect_ids() == [job_id]  # only the successful attempt's write remains
 
@@ -117,7 +118,7 @@ def test_exhausted_job_is_dead_and_its_dead_handler_runs_with_the_live_id(backen
     (dead_id,) = [i for i in jobs if i != live_id]
     dead = jobs[dead_id]
     assert dead["dead"] is True and dead["live_id"] == live_id
-    assert (dead["status"], dead["message"]) == ("succeeded", "compensated")
+    assert (dead["status"], dead["result"]) == ("succeeded", "compensated")
     assert dead["payload"] == {"order": 9} and dead["tenant"] == 4 and dead["external_key"] == "k9"
     assert dead_seen == [(True, live_id, {"order": 9}, 1)]
     assert backend.effect_ids() == [dead_id]

@@ -74,7 +74,8 @@ def test_webhooks_arrive_with_the_configured_method_headers_and_body(backend, se
 
     reached = backend.deliveries(publication_id)
     assert {k: j["status"] for k, j in reached.items()} == dict.fromkeys(reached, "succeeded")
-    assert reached["code_sub"]["message"] == "code ran, no HTTP"
+    assert reached["code_sub"]["result"] == "code ran, no HTTP"
+    assert reached["post_hook"]["result"] is None  # a webhook's outcome is its message
     by_method = {r.method: r for r in server.requests}
     assert sorted(by_method) == ["GET", "POST", "PUT"] and len(server.requests) == 3
 
@@ -167,7 +168,7 @@ def test_500_timeout_and_closed_port_are_failed_attempts_retried_then_dead(backe
     assert len(server.received("/fail")) == len(server.received("/slow")) == 2
     assert dead_letters == [(final["erroring"]["id"], {"invoice": 7})]
     (dead_letter,) = [j for j in backend.jobs() if j["dead"]]
-    assert (dead_letter["status"], dead_letter["message"]) == ("succeeded", "alerted the on-call")
+    assert (dead_letter["status"], dead_letter["result"]) == ("succeeded", "alerted the on-call")
 
     messages = [j["message"] for j in backend.jobs()]
     messages += [j["previous_message"] for j in backend.jobs()]

@@ -4,9 +4,10 @@ Revision ID: 0004
 Revises: 0003_subscriptions
 Create Date: 2026-11-23
 
-Two nullable columns on the jobs table (no default, so adding them rewrites no row on any
-database) and two small tables with composite primary keys and nothing else, which suits
-SingleStore too (sharded on the key's first column).
+Three nullable columns on the jobs table (no default, so adding them rewrites no row on any
+database) — ``result``; ``awaited``, set when a caller of ``app.call`` waits for the job, whose
+end is then announced; ``cancel_requested_at`` — and two small tables with composite primary
+keys and nothing else, which suits SingleStore too (sharded on the key's first column).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ depends_on = None
 def upgrade(names: TableNames | None = None) -> None:
     names = script_names(names)
     op.add_column(names.jobs, sa.Column("result", Payload(), nullable=True), schema=names.schema)
+    op.add_column(
+        names.jobs, sa.Column("awaited", sa.Boolean(), nullable=True), schema=names.schema
+    )
     op.add_column(
         names.jobs,
         sa.Column("cancel_requested_at", UtcDateTime(), nullable=True),
@@ -65,4 +69,5 @@ def downgrade(names: TableNames | None = None) -> None:
     op.drop_table(names.periodic, schema=names.schema)
     with op.batch_alter_table(names.jobs, schema=names.schema) as batch:
         batch.drop_column("cancel_requested_at")
+        batch.drop_column("awaited")
         batch.drop_column("result")
