@@ -34,18 +34,23 @@ def encode_result(value: Any, max_bytes: int | None) -> EncodedPayload | Message
     if isinstance(value, Message):
         return value
     try:
-        return encode(value, max_bytes)
-    except PayloadError as exc:
-        if "over the limit" in str(exc):
-            raise AttemptFailed(
-                f"the handler's result {str(exc).removeprefix('payload ')} store large results "
-                "in your own table and return their key"
-            ) from None
+        text = encode(value, max_bytes=None)
+    except PayloadError:
         raise AttemptFailed(
             f"the handler returned {_describe(value)}, which JSON cannot represent: return a "
             "list, dict, str, number, bool or None (convert sets to lists, dates to ISO "
             "strings, Decimals to str, objects to dicts)"
         ) from None
+    # A code point is at most 4 bytes of UTF-8: only a text that could be over is measured.
+    if max_bytes is not None and len(text) * 4 > max_bytes:
+        size = len(text.encode("utf-8"))
+        if size > max_bytes:
+            raise AttemptFailed(
+                f"the handler's result is {size} bytes, over the limit of {max_bytes} bytes "
+                "(max_payload_bytes, which results share with payloads): store large results "
+                "in your own table and return their key"
+            )
+    return text
 
 
 def _describe(value: Any) -> str:

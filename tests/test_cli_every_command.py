@@ -174,6 +174,10 @@ UNKNOWN: dict[tuple[str, ...], list[Unknown]] = {
         ),
     ],
     ("dead", "requeue"): [Unknown(("999999",), ("999999", "not dead", "dbqueue dead list"))],
+    **{
+        path: [Unknown(("999999",), ("there is no job 999999", "purged after its retention"))]
+        for path in (("result",), ("job", "show"))
+    },
     ("enqueue",): [
         Unknown(
             ("cli_nope", "--app", "cli_app:app"),
