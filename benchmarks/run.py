@@ -3,9 +3,9 @@
     python -m benchmarks.run postgresql|mariadb|sqlite [--quick]
 
 Runs W1 (throughput and the bare-SQL ceiling, and processing with the per-job log line off and
-on), W2 (wake-up latency), W3 (load on the database) and the 100,000-job memory run, prints a
-Markdown table and writes it to ``benchmarks/results/<database>.md`` (each workload also saves
-its own JSON file).
+on), W2 (wake-up latency), the ``app.call`` round trip, W3 (load on the database) and the
+100,000-job memory run, prints a Markdown table and writes it to
+``benchmarks/results/<database>.md`` (each workload also saves its own JSON file).
 ``--quick`` shrinks every workload (a smoke run, not figures to publish).
 """
 
@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from benchmarks import latency, load, memory, throughput
+from benchmarks import call, latency, load, memory, throughput
 from benchmarks.common import RESULTS, URLS, machine, save
 
 HERE = Path(__file__).resolve().parent
@@ -49,9 +49,15 @@ def explain_claim(database: str, jobs: int) -> str:
 
 
 def table(
-    w1: dict[str, Any], w2: dict[str, Any], w3: dict[str, Any], mem: dict[str, Any], jlog: dict
+    w1: dict[str, Any],
+    w2: dict[str, Any],
+    w3: dict[str, Any],
+    mem: dict[str, Any],
+    jlog: dict,
+    rt: dict[str, Any],
 ) -> str:
     lat = w2["latency_ms"]
+    trip = rt["round_trip_ms"]
     p, idle = w3["processing"], w3["idle_worker"]
     ceiling = w1["process_ceiling_jobs_per_s"]
     rows = [
@@ -71,6 +77,8 @@ def table(
          f"log off: {jlog['log_jobs_off_jobs_per_s']:,} jobs/s", f"{jlog['log_jobs_ratio']:.2f}"),
         (f"W2 wake-up latency ({w2['wake_up']})",
          f"p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms", "", ""),
+        (f"`app.call` round trip ({rt['wake_up']})",
+         f"p50 {trip['p50']} ms, p95 {trip['p95']} ms, p99 {trip['p99']} ms", "", ""),
         ("W3 per processed job",
          f"{p['statements_per_job']} statements, {p['commits_per_job']} commits", "", ""),
         ("W3 idle worker (concurrency 4)",
@@ -152,18 +160,27 @@ def main() -> None:
     print(throughput.describe_job_log(jlog), flush=True)
     w2 = latency.run(args.database, 20 if quick else 200, 0.02, None)
     print(f"W2 latency: {w2['latency_ms']}", flush=True)
+    rt = call.run(args.database, 20 if quick else 200, 0.02, None)
+    print(call.describe(rt, w2), flush=True)
     w3 = load.run(args.database, 2_000 if quick else 20_000, 5 if quick else 30)
     print(load.describe(w3), flush=True)
     mem = memory.run(args.database, 10_000 if quick else 100_000)
     print(memory.describe(mem), flush=True)
-    results = (("throughput", w1), ("joblog", jlog), ("latency", w2), ("load", w3), ("memory", mem))
+    results = (
+        ("throughput", w1),
+        ("joblog", jlog),
+        ("latency", w2),
+        ("call", rt),
+        ("load", w3),
+        ("memory", mem),
+    )
     for name, result in results:
         save(f"{name}-{args.database}", result)
     others = other_strategies(args.database, quick)
     plan = explain_claim(args.database, 2_000 if quick else 20_000)
     text = "\n\n".join(
         [
-            table(w1, w2, w3, mem, jlog),
+            table(w1, w2, w3, mem, jlog, rt),
             strategies_table(w1, w2, others),
             f"The claim's plan (EXPLAIN):\n\n```\n{plan}\n```",
         ]
