@@ -742,7 +742,7 @@ class _JobError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[misc]  # click declares it a ClassVar
 
 
 #: ``dbqueue result`` exit statuses (1: any other error, such as no such job).

@@ -9,6 +9,7 @@ one job fails on its first attempt and is retried — and prints what happened.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -74,13 +75,15 @@ def _print_jobs(demo: App) -> None:
                 jobs.c.attempt,
                 jobs.c.previous_message,
                 jobs.c.message,
+                jobs.c.result,
             ).order_by(jobs.c.id)
         ).all()
-    print(f"\n{'id':>3}  {'queue':8} {'task':13} {'status':10} {'attempts':8}  message")
+    print(f"\n{'id':>3}  {'queue':8} {'task':13} {'status':10} {'attempts':8}  result / message")
     for row in rows:
+        outcome = json.dumps(row.result) if row.result is not None else (row.message or "")
         print(
             f"{row.id:>3}  {row.queue:8} {row.task:13} {row.status:10} {row.attempt:>8}  "
-            f"{(row.message or '').splitlines()[0]}"
+            f"{outcome.splitlines()[0] if outcome else ''}"
         )
         if row.previous_message:
             print(f"{'':47}earlier attempt: {row.previous_message.splitlines()[0]}")
