@@ -144,9 +144,13 @@ def test_call_returns_the_value_and_raises_for_dead_jobs_timeouts_and_calls_from
     assert not thread.is_alive()
 
 
-def test_call_waits_for_a_worker_process(database, tmp_path, pushed_only):
-    """The caller and the worker in different processes: the worker is woken by the database
-    (NOTIFY), the lock server or its poll, the caller by the job's announced end or its poll."""
+@pytest.mark.parametrize("backend", ["postgresql-skip_locked", "mysql-lock_server"], indirect=True)
+def test_call_waits_for_a_worker_process(backend, tmp_path, pushed_only):
+    """The caller and the worker in different processes, each woken by a push alone (the
+    worker polls once an hour, the caller's fallback read is an hour apart): PostgreSQL's
+    NOTIFY both ways, or the lock server's. (Polling is the same across processes as within
+    one.)"""
+    database = backend
     app = database.app()
     log = tmp_path / "worker.log"
     worker = subprocess.Popen(

@@ -1,5 +1,5 @@
 """A worker process whose tasks return a result or fail — for the ``app.call`` test whose
-caller runs in the test process.
+caller runs in the test process. It polls once an hour: only pushes wake it.
 
     python tests/support/results_worker.py URL STRATEGY [--prefix P] [--server HOST:PORT]
 """
@@ -44,7 +44,14 @@ def main() -> int:
         level=logging.INFO, format=f"%(asctime)s {os.getpid()} %(levelname)s %(name)s: %(message)s"
     )
     app = build_app(args.url, args.prefix, args.server)
-    app.run_worker(strategy=args.strategy, poll_interval=0.05, maintenance=False, concurrency=2)
+    # Polls once an hour: a job done in a test's time was reached by a push.
+    app.run_worker(
+        strategy=args.strategy,
+        poll_interval=3600,
+        min_poll_interval=3600,
+        maintenance=False,
+        concurrency=2,
+    )
     return 0
 
 
