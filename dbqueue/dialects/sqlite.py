@@ -10,6 +10,7 @@ All processes must share one host (WAL needs shared memory).
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 import sqlalchemy as sa
@@ -104,7 +105,14 @@ class SQLiteDialect(Dialect):
             write = connection.get_execution_options().get(WRITE_INTENT)
             # Straight to the driver: a full SQLAlchemy execution here would cost as much as
             # the enqueue's own INSERT.
-            connection.connection.dbapi_connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+            try:
+                connection.connection.dbapi_connection.execute(begin)
+            except sqlite3.Error as exc:
+                # An event's error reaches the caller unwrapped: wrap it as any statement's
+                # would be, so "database is locked" past the busy timeout is handled (retried,
+                # a maintenance tick skipped) like the same error from a statement.
+                raise sa.exc.DBAPIError.instance(begin, None, exc, sqlite3.Error) from exc
 
     def end_connection(self, engine: Engine, dbapi_connection: Any) -> bool:
         # The stuck thread holds SQLite's write lock (BEGIN IMMEDIATE) until its connection
