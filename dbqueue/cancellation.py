@@ -77,6 +77,9 @@ class TableRequests:
     def drop(self, conn: Connection, ids: Sequence[int]) -> None:
         self.rows(conn).drop(conn, ids)
 
+    def listed(self, conn: Connection, limit: int) -> list[int]:
+        return self.rows(conn).listed(conn, limit)
+
     def close(self) -> None:
         """Nothing of its own to release."""
 
@@ -125,6 +128,10 @@ class SideDatabaseRequests(TableRequests):
             with self._writing() as own:
                 self.rows(own).drop(own, ids)
 
+    def listed(self, conn: Connection | None, limit: int) -> list[int]:
+        with self.engine().connect() as own:
+            return self.rows(own).listed(own, limit)
+
     def close(self) -> None:
         with self._lock:
             if self._engine is not None:
@@ -141,6 +148,17 @@ def request_store(context: RuntimeContext) -> RequestStore:
     if side is None:
         return TableRequests(context.tables)
     return SideDatabaseRequests(side, context.names)
+
+
+def forget_ended(context: RuntimeContext, conn: Connection, limit: int = 1000) -> int:
+    """Delete the requests of jobs that ended (or were purged) before a worker saw them: the
+    purge routine's clean-up. Returns how many jobs' requests went."""
+    store = context.cancel_requests()
+    ids = store.listed(conn, limit)
+    states = context.queue_engine(conn).job_states(conn, ids)
+    ended = [job_id for job_id in ids if states.get(job_id) not in Status.PENDING]
+    store.drop(conn, ended)
+    return len(ended)
 
 
 # ---- one app.cancel call ----------------------------------------------------------------------

@@ -7,8 +7,9 @@ claim is made exclusive comes from the strategy, which calls ``runnable()``. Not
 database's name.
 
 The engine is one interface made of small parts, each a class on the shared EngineBase (tables,
-dialect, statement cache): inserts, claims, outcomes, queries, housekeeping. They are combined
-by inheritance rather than delegation so that a hot-path call costs what it did in one class.
+dialect, statement cache): inserts, claims, outcomes, queries, housekeeping, cancels. They are
+combined by inheritance rather than delegation so that a hot-path call costs what it did in one
+class.
 """
 
 from __future__ import annotations

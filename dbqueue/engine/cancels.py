@@ -153,6 +153,14 @@ class CancelRequestRows:
         )
         return {int(job_id): requested_at for job_id, requested_at in rows}
 
+    def listed(self, conn: Connection, limit: int) -> list[int]:
+        """Job ids that have requests, oldest request first (for the purge's clean-up)."""
+        t = self.table
+        rows = conn.execute(
+            sa.select(t.c.job_id).group_by(t.c.job_id).order_by(sa.func.min(t.c.id)).limit(limit)
+        )
+        return [int(job_id) for job_id in rows.scalars()]
+
     def drop(self, conn: Connection, ids: Sequence[int]) -> int:
         """Delete the requests of ``ids`` (their jobs have ended, or were cancelled waiting)."""
         if not ids:

@@ -119,7 +119,8 @@ class BatchExecutor:
         #: Where this queue's cancel requests are (the one a cancelled job's is deleted from).
         self.cancel_requests = context.cancel_requests()
         self.savepoints = strategy.dialect.supports_savepoints
-        #: Set when timeouts apply in this worker: the handler runs watched (in-memory only).
+        #: Set in a Worker: the handler runs watched, for timeouts and cancel requests (in
+        #: memory only).
         self.watchdog = watchdog
         self.slot = slot
         self.default_timeout = default_timeout

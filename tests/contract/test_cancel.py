@@ -232,3 +232,23 @@ def test_ids_that_are_not_job_ids_are_refused_in_one_line(ids, tmp_path):
     with pytest.raises(dbqueue.ConfigurationError, match="is not a job id: pass a whole number"):
         app.cancel(ids)
     assert not (tmp_path / "never-created.db").exists()
+
+
+def test_purge_forgets_the_requests_of_jobs_that_ended(database):
+    """A job may end before its worker sees a request (it finished first): purge deletes such
+    requests, and keeps those of jobs that may still run."""
+    app = database.app()
+    ended, waiting = app.enqueue(None, "can_x"), app.enqueue(None, "can_x")
+    app.cancel(ended)
+    store = app.context.cancel_requests()
+    engine = database.engine()
+    try:
+        with engine.begin() as conn:
+            store.add(conn, [ended, waiting])  # as if asked while they ran
+        result = app.run_maintenance("purge")
+        assert result.endswith(", and the cancel requests of 1 ended job(s)"), result
+        with engine.connect() as conn:
+            assert list(store.pending(conn, [ended, waiting])) == [waiting]
+    finally:
+        store.close()
+        engine.dispose()
