@@ -156,10 +156,6 @@ def test_running_jobs_are_stopped_by_their_worker_and_their_writes_rolled_back(b
         worker.send_signal(signal.SIGTERM)
         code = worker.wait(timeout=60)
     output = log.read_text()
-    import os
-
-    if os.environ.get("CAN_DEBUG"):
-        print(output)
     assert code == 0, output[-3000:]
     assert "SUMMARY succeeded=0 failed=0 cancelled=3" in output, output[-3000:]
 
