@@ -10,6 +10,7 @@ All processes must share one host (WAL needs shared memory).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from typing import Any
 
@@ -24,6 +25,8 @@ from .base import WRITE_INTENT, Dialect, registers_schema, seconds_expression
 
 _CLOCK_FORMAT = "%Y-%m-%d %H:%M:%f"  # UTC, the layout SQLAlchemy stores datetimes in
 BUSY_TIMEOUT_MS = 30_000
+#: The file beside the database that holds cancel requests (``side_database_url``).
+SIDE_FILE_SUFFIX = "-dbqueue-cancels"
 
 
 class LenientDateTime(sqlite.DATETIME):
@@ -123,6 +126,14 @@ class SQLiteDialect(Dialect):
         dbapi_connection.interrupt()
         dbapi_connection.close()
         return True
+
+    @classmethod
+    def side_database_url(cls, url: sa.engine.URL) -> sa.engine.URL:
+        # The worker running a batch holds this file's only write lock until the batch ends:
+        # cancel requests live in a file of their own beside it, whose lock is only ever held
+        # for one short write. Absolute, so every process names the same file.
+        path = os.path.abspath(url.database or "")
+        return url.set(database=f"{path}{SIDE_FILE_SUFFIX}")
 
     def is_missing_table(self, exc: BaseException) -> bool:
         return "no such table" in str(getattr(exc, "orig", exc))
