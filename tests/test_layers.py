@@ -39,6 +39,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "app": (
         "dbqueue.app",
         "dbqueue.client",
+        "dbqueue.eager",
         "dbqueue.monitoring",
         "dbqueue.publishing",
         "dbqueue.registration",
