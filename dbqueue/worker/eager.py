@@ -153,13 +153,15 @@ class EagerRunner:
         return None
 
     def _connect(self) -> tuple[Engine, dialects.Dialect]:
-        """An engine of its own, set up as a worker's (claims write: SQLite's BEGIN IMMEDIATE),
-        checked once like a worker's at start-up."""
+        """The App's engine — or, if the application gave its own, one set up as a worker's
+        (SQLite's BEGIN IMMEDIATE, savepoints) — marked for claims, checked once like a
+        worker's at start-up."""
         with self._lock:
             if self._engine is None or self._dialect is None:
-                engine = self.context.create_engine(
-                    pool_size=1, execution_options={dialects.WRITE_INTENT: True}
-                )
+                engine = self.context.engine
+                if not dialects.is_configured(engine):
+                    engine = self.context.create_engine(pool_size=1)
+                engine = engine.execution_options(**{dialects.WRITE_INTENT: True})
                 self._dialect = self.context.check_database(engine)
                 self._engine = engine
             return self._engine, self._dialect
