@@ -143,6 +143,12 @@ def test_retries_run_at_once_then_the_job_dies_and_its_dead_handler_runs(backend
     assert dead_runs == [(doomed, True, 2)]
     (letter,) = [j for j in backend.jobs() if j["dead"]]
     assert (letter["live_id"], letter["status"], letter["attempt"]) == (doomed, "succeeded", 1)
+    jobs = app.tables.jobs
+    with app.engine.connect() as conn:  # the README's monitoring query
+        ran_eagerly = conn.execute(
+            sa.select(jobs.c.id).where(jobs.c.worker_id.like("%:eager:%")).order_by(jobs.c.id)
+        ).scalars()
+        assert list(ran_eagerly) == [flaky, doomed, letter["id"]]
     assert effect_rows(backend, "job_id", "note") == [
         (flaky, "attempt 3"),
         (letter["id"], "refunded"),
