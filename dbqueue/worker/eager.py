@@ -132,9 +132,9 @@ class EagerRunner:
         with conn.begin():
             row = engine.get(conn, job_id)
         if row is not None and row["status"] == Status.AVAILABLE:
-            # Its attempts ran out uncounted (a handler rescheduled it itself), or a worker
-            # holds it: not this thread's any more.
-            log.warning("eager mode: job %s (%s) is left for a worker", job_id, row["task"])
+            # A worker holds it (its claim is not committed yet), or its attempts ran out
+            # uncounted (a handler rescheduled it itself): not this thread's any more.
+            log.info("eager mode: job %s (%s) is left for a worker", job_id, row["task"])
         return row if row is not None and row["status"] == Status.DEAD else None
 
     def _cannot_run(self, conn: Connection, row: dict[str, Any]) -> str | None:
