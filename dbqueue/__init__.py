@@ -32,9 +32,11 @@ from .results import Message
 from .retry import linear_backoff
 from .webhooks import DEFAULT_WEBHOOK_TIMEOUT
 from .worker import JobSession, Worker, WorkerSummary
+from .worker.eager import EagerRunner
 
 # The composition root: the App facade builds workers without importing the layer above it.
 App.worker_class = Worker
+App.eager_runner_class = EagerRunner
 
 __version__ = "0.1.0"
 
@@ -46,6 +48,7 @@ __all__ = [
     "ConfigurationError",
     "DatabaseUnavailableError",
     "DbqueueError",
+    "EagerJobError",
     "DeadSubscriber",
     "Discard",
     "Job",

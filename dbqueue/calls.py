@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
@@ -161,11 +161,13 @@ class FinishWaiters:
 
 
 class ResultCalls:
-    """``result`` and ``call``; the App provides ``context``, ``_waker`` and ``_target``."""
+    """``result`` and ``call``; the App provides ``context``, ``_waker``, ``_target`` and
+    ``_enqueued`` (eager mode's hook: in eager mode a call runs its job at once)."""
 
     context: RuntimeContext
     _waker: CommitWaker
     _target: Callable[[Target | None], Target]
+    _enqueued: Callable[[Target | None, Sequence[str], Sequence[int]], None]
     _waiters_lock = threading.Lock()
 
     def result(
@@ -216,7 +218,7 @@ class ResultCalls:
             with connection_for(engine) as conn:
                 job_id = self.context.queue_engine(conn).insert(conn, job)
                 watch = stack.enter_context(self._finish_waiters.watch(job_id))
-            self._waker.after_commit(None, [job.queue])
+            self._enqueued(None, [job.queue], [job_id])  # wakes workers, or runs it (eager)
             return self._wait(job_id, timeout, deadline, watch, engine)
         raise AssertionError("unreachable")  # pragma: no cover - for type checkers
 

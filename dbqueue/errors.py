@@ -62,15 +62,22 @@ class JobFailedError(DbqueueError):
     exception and its traceback). It will never have a result; ``dbqueue dead requeue`` runs it
     again."""
 
-    def __init__(self, message: str, job_id: int, last_error: str | None = None) -> None:
+    def __init__(
+        self, message: str = "", job_id: int | None = None, last_error: str | None = None
+    ) -> None:
         super().__init__(message)
         self.job_id = job_id
         self.last_error = last_error
 
 
 class JobCancelledError(JobFailedError):
-    """The job whose result was asked for was cancelled: it will never have a result. A kind of
-    JobFailedError, so that ``except JobFailedError`` covers every job that cannot answer."""
+    """A job was cancelled (``app.cancel``).
+
+    Raised by ``app.result`` / ``app.call`` for a cancelled job (``job_id``): it will never have
+    a result — a kind of JobFailedError, so that ``except JobFailedError`` covers every job that
+    cannot answer. Also raised in a running handler's thread by the worker when the handler did
+    not stop by itself soon after ``job.cancel_requested()`` turned true: the job ends
+    ``cancelled``, its writes rolled back; it is not retried."""
 
 
 class JobNotFinishedError(DbqueueError, TimeoutError):
@@ -122,3 +129,16 @@ class Retry(Exception):  # noqa: N818 - the issue's public name
         super().__init__(reason)
         self.reason = str(reason)
         self.in_seconds = float(seconds)
+
+
+class EagerJobError(DbqueueError):
+    """Eager mode with ``eager_raise``: a job run at commit died (or could not run here).
+
+    Raised after the enqueuing transaction committed and every job it made has run: the jobs
+    stay recorded as a worker would leave them. ``failures`` holds one dict per job that died
+    (``id``, ``task``, ``status``, ``message``: the last attempt's error and traceback).
+    """
+
+    def __init__(self, message: str, failures: list[dict[str, object]]) -> None:
+        super().__init__(message)
+        self.failures = failures

@@ -37,6 +37,7 @@ class RetryPolicy:
         engine: QueueEngine,
         job: Job,
         message: str,
+        *,
         requested: Requested = BACKOFF,
         **where: Any,
     ) -> tuple[FailResult, float | None]:

@@ -178,6 +178,8 @@ UNKNOWN: dict[tuple[str, ...], list[Unknown]] = {
         path: [Unknown(("999999",), ("there is no job 999999", "purged after its retention"))]
         for path in (("result",), ("job", "show"))
     },
+    ("cancel",): [Unknown(("999999",), ("no such job: 999999",))],
+    ("cancel-publication",): [Unknown(("999999",), ("no publication 999999", "'*'"))],
     ("enqueue",): [
         Unknown(
             ("cli_nope", "--app", "cli_app:app"),

@@ -39,14 +39,16 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "app": (
         "dbqueue.app",
         "dbqueue.calls",
+        "dbqueue.cancel_api",
         "dbqueue.client",
+        "dbqueue.eager",
         "dbqueue.monitoring",
         "dbqueue.publishing",
         "dbqueue.registration",
         "dbqueue.wakeups",
     ),
     # runtime: the runtime context (settings, engines, strategy resolution) and maintenance.
-    "runtime": ("dbqueue.runtime", "dbqueue.maintenance"),
+    "runtime": ("dbqueue.runtime", "dbqueue.maintenance", "dbqueue.cancellation"),
     # engine: the job lifecycle in SQLAlchemy Core, compiled statements, migrations (and their
     # place in an application's own Alembic project), pub/sub.
     "engine": (

@@ -3,15 +3,17 @@ the hot path off SQLAlchemy's construction and compilation work, and error trans
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from ..compiled import CompiledStatement
 from ..dialects import Dialect
 from ..errors import SchemaMissingError
 from ..job import ROW_FIELDS
+from ..results import finished_notice
 from ..schema import QueueTables
 from ..sqltypes import UtcDateTime
 
@@ -54,6 +56,11 @@ class EngineBase:
                 CompiledStatement(stmt, self.dialect.sa_dialect),
             )
         return found[1]
+
+    def announce_finished(self, conn: Connection, job_ids: Sequence[int]) -> None:
+        """Tell the callers waiting for these jobs (``app.call``) that they finished, where the
+        database can push (PostgreSQL: a NOTIFY, delivered when the transaction commits)."""
+        self.dialect.announce(conn, self.tables.names.qualified_jobs, finished_notice(job_ids))
 
     def _claimed_by(self, worker_id: str | None) -> list[sa.ColumnElement]:
         """The fence of an outcome or a release: only rows this worker claimed, if given."""

@@ -12,7 +12,6 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .. import payload as payload_codec
-from .. import results as results_codec
 from ..job import Job, MalformedPayload, Status
 from .inserts import Inserts
 from .records import FailResult, NewJob, truncate
@@ -90,13 +89,6 @@ class Outcomes(Inserts):
         if awaited:
             self.announce_finished(conn, [job.id for job, _ in done if job.awaited])
         return changed
-
-    def announce_finished(self, conn: Connection, job_ids: Sequence[int]) -> None:
-        """Tell the callers waiting for these jobs (``app.call``) that they finished, where the
-        database can push (PostgreSQL: a NOTIFY, delivered when the transaction commits)."""
-        self.dialect.announce(
-            conn, self.tables.names.qualified_jobs, results_codec.finished_notice(job_ids)
-        )
 
     def _case(
         self,

@@ -22,7 +22,14 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from ..engine import QueueEngine
-from ..errors import AttemptFailed, DbqueueError, Discard, JobTimeoutError, Retry
+from ..errors import (
+    AttemptFailed,
+    DbqueueError,
+    Discard,
+    JobCancelledError,
+    JobTimeoutError,
+    Retry,
+)
 from ..job import Job, MalformedPayload
 from ..results import encode_result
 from ..retry import BACKOFF, Requested
@@ -30,9 +37,10 @@ from ..runtime import RuntimeContext
 from ..strategies import ClaimStrategy
 from ..tasks import Handler
 from ..wakeup import Notifier
+from .finished import FinishedJobs
 from .joblog import JobLog
 from .session import JobSession
-from .watchdog import Abandoned, HandlerTimeout, Slot, Watchdog
+from .watchdog import Abandoned, HandlerCancelled, HandlerTimeout, Slot, Watchdog
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -42,6 +50,7 @@ class BatchResult:
     succeeded: int = 0
     failed: int = 0
     skipped: int = 0
+    cancelled: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,8 @@ class Outcome:
     message: str | None = None
     value: str | None = None
     requested: Requested = BACKOFF
+    #: The job was cancelled on request: recorded ``cancelled``, not as a failed attempt.
+    cancelled: bool = False
 
 
 #: A handler that returned None: the common case, one shared object.
@@ -82,6 +93,10 @@ class _HandlerFailed(Exception):
         self.outcome = outcome
 
 
+class _Cancelled(JobCancelledError):
+    """The job's cancel request was delivered: whatever its handler did, it ends cancelled."""
+
+
 def describe_failure(exc: BaseException) -> str:
     """What the job's message column records: the exception, then where it came from."""
     head = f"{type(exc).__name__}: {exc}".rstrip(": ")
@@ -98,6 +113,12 @@ def asked_for(exc: Discard | Retry) -> Outcome:
         )
     reason = f": {exc.reason}" if exc.reason else ""
     return Outcome(False, f"Retry(in_seconds={exc.in_seconds:g}){reason}", None, exc.in_seconds)
+
+
+def cancel_message(job: Job, ran: bool = True) -> str:
+    asked = job._cancel_requested_at
+    when = f" (asked at {asked:%Y-%m-%d %H:%M:%S} UTC)" if asked is not None else ""
+    return f"cancelled on request{when} {'while running' if ran else 'before its handler started'}"
 
 
 def timeout_message(job: Job, timeout: float) -> str:
@@ -128,21 +149,19 @@ class BatchExecutor:
         self.webhooks = context.webhooks
         self.strategy = strategy
         self.worker_id = worker_id
+        #: Where this queue's cancel requests are (the one a cancelled job's is deleted from).
+        self.cancel_requests = context.cancel_requests()
         self.savepoints = strategy.dialect.supports_savepoints
-        #: Set when timeouts apply in this worker: the handler runs watched (in-memory only).
+        #: Set in a Worker: the handler runs watched, for timeouts and cancel requests (in
+        #: memory only).
         self.watchdog = watchdog
         self.slot = slot
         self.default_timeout = default_timeout
         #: With ``log_jobs``: notes each run, logs it once committed. Without, no cost per job.
         self.job_log = job_log
         self.run_job = self.run_one if job_log is None else job_log.timed(self.run_one)
-        #: Where the end of awaited jobs is pushed after their commit (the lock server), if
-        #: anywhere: only then are their ids collected (PostgreSQL's NOTIFY is the engine's).
-        self.finish_channel = (
-            notifier if notifier is not None and notifier.announces_finished else None
-        )
-        self.channel = context.names.qualified_jobs
-        self._finished: list[int] = []
+        #: Awaited jobs (app.call) whose end is pushed after the commit (the lock server).
+        self.finished = FinishedJobs(notifier, context.names.qualified_jobs)
 
     # ---- in-transaction claims ----------------------------------------------------------------
     def execute(
@@ -209,25 +228,21 @@ class BatchExecutor:
                         outcome = self.run_job(JobSession(conn, savepoint=False), job)
                         if not outcome.ok:
                             raise _HandlerFailed(outcome)
-                        self._awaited([job])
+                        self.finished.note([job])
                         done = [(job, outcome.value)]
                         changed = self._complete(conn, engine, done, claimed_by=self.worker_id)
                         self._check_still_ours(conn, engine, [job], changed)
                     result.succeeded += 1
                     self.after_commit()
                 except _HandlerFailed as failed:
-                    self._awaited([job])
+                    self.finished.note([job])
                     with conn.begin():
-                        recorded = self.record_failure(
-                            conn,
-                            engine,
-                            job,
-                            failed.outcome.message or "failed",
-                            claimed_by=self.worker_id,
-                            requested=failed.outcome.requested,
-                        )
+                        recorded = self._record(conn, engine, job, failed.outcome, self.worker_id)
                         self._check_still_ours(conn, engine, [job], recorded)
-                    result.failed += 1
+                    if failed.outcome.cancelled:
+                        result.cancelled += 1
+                    else:
+                        result.failed += 1
                     self.after_commit()
             except ClaimLostError as lost:
                 self._lost(conn, engine, [job], lost)
@@ -270,7 +285,6 @@ class BatchExecutor:
         )
         if self.job_log is not None:
             self.job_log.drop()
-        self._finished = []
         self.give_back(conn, engine, jobs)
 
     # ---- running handlers ---------------------------------------------------------------------
@@ -287,7 +301,7 @@ class BatchExecutor:
         session = JobSession(conn)
         if self.job_log is not None:
             self.job_log.drop()  # runs noted in a batch that failed never committed
-        self._finished = []
+        self.finished.drop()
         self._watch(conn, jobs)
         for job in jobs:
             if should_stop():
@@ -298,18 +312,14 @@ class BatchExecutor:
             if outcome.ok:
                 ran.done.append((job, outcome.value))
                 ran.result.succeeded += 1
+                continue
+            ran.changed += self._record(conn, engine, job, outcome, claimed_by)
+            if outcome.cancelled:
+                ran.result.cancelled += 1
             else:
-                ran.changed += self.record_failure(
-                    conn,
-                    engine,
-                    job,
-                    outcome.message or "failed",
-                    claimed_by=claimed_by,
-                    requested=outcome.requested,
-                )
                 ran.result.failed += 1
         ran.result.skipped = len(unstarted)
-        self._awaited(ran.started)
+        self.finished.note(ran.started)
         if unstarted and not self.strategy.claims_in_transaction:
             engine.release_claims(conn, unstarted, claimed_by=claimed_by)  # committed: undo it
         return ran
@@ -330,22 +340,20 @@ class BatchExecutor:
             claimed_by=claimed_by,
         )
 
+    def _record(self, conn: Connection, engine: Any, job: Job, outcome: Outcome, by: Any) -> int:
+        """Record a handler's failed outcome: cancelled on request, or a failed attempt (with
+        the retry its handler asked for, if any); returns the rows changed."""
+        if outcome.cancelled:
+            return self.record_cancelled(conn, engine, job, outcome.message or "cancelled", by)
+        message, requested = outcome.message or "failed", outcome.requested
+        return self.record_failure(conn, engine, job, message, by, requested=requested)
+
     def after_commit(self) -> None:
         """The jobs run so far have committed their outcomes: log them (with ``log_jobs``), and
         tell the callers waiting for some of them (``app.call``) through the lock server."""
         if self.job_log is not None:
             self.job_log.committed()
-        if self._finished:
-            finished, self._finished = self._finished, []
-            assert self.finish_channel is not None
-            self.finish_channel.announce_finished(self.channel, finished)
-
-    def _awaited(self, jobs: list[Job]) -> None:
-        """Note the awaited jobs among ``jobs``, whose outcomes this transaction writes, when
-        their end is pushed after the commit (finished or not: a caller woken for a retry
-        looks, and waits on)."""
-        if self.finish_channel is not None:
-            self._finished += [job.id for job in jobs if job.awaited]
+        self.finished.committed()
 
     def _watch(self, conn: Connection, jobs: list[Job]) -> None:
         """Tell the watchdog's slot what a stuck handler's thread holds."""
@@ -363,13 +371,11 @@ class BatchExecutor:
                 f"{job.payload.error}; the row was probably written by hand: fix its payload "
                 "column and requeue it",
             )
-        timeout = None
-        if self.watchdog is not None:
-            timeout = (definition.timeout if definition else None) or self.default_timeout
         try:
-            if timeout is None:
+            if self.watchdog is None:
                 value = handler(job, session)
             else:
+                timeout = (definition.timeout if definition else None) or self.default_timeout
                 value = self._run_watched(handler, job, session, timeout)
             if inspect.isawaitable(value):
                 _close(value)
@@ -378,13 +384,13 @@ class BatchExecutor:
                     "it is async (or returns an awaitable), which a worker thread cannot await; "
                     "make it a plain def"
                 )
-            if value is None:
-                session.keep()
-                return SUCCEEDED
-            stored = encode_result(value, self.max_result_bytes)
+            stored = None if value is None else encode_result(value, self.max_result_bytes)
             session.keep()
         except Abandoned:
             raise
+        except _Cancelled as exc:  # whatever the handler did, its writes go
+            session.discard()
+            return Outcome(False, str(exc), cancelled=True)
         except AttemptFailed as exc:  # an expected failure whose message says it all
             session.discard()
             return Outcome(False, str(exc))
@@ -402,15 +408,19 @@ class BatchExecutor:
             session.discard()
             log.debug("job %s (%s) raised", job.id, job.task, exc_info=True)
             return Outcome(False, describe_failure(exc))
-        return Outcome(True, value=stored)
+        return SUCCEEDED if stored is None else Outcome(True, value=stored)
 
-    def _run_watched(self, handler: Handler, job: Job, session: JobSession, timeout: float) -> Any:
-        """Run the handler with the watchdog armed; a timeout becomes JobTimeoutError."""
+    def _run_watched(
+        self, handler: Handler, job: Job, session: JobSession, timeout: float | None
+    ) -> Any:
+        """Run the handler with the watchdog armed; a timeout becomes JobTimeoutError, and a
+        cancel request that reached the job (``job.cancel_requested()``) _Cancelled."""
         watchdog, slot = self.watchdog, self.slot
         assert watchdog is not None and slot is not None
         error: BaseException | None = None
         value = None
-        watchdog.arm(slot, job, timeout)
+        if not watchdog.arm(slot, job, timeout):
+            raise _Cancelled(cancel_message(job, ran=False))
         try:
             try:
                 value = handler(job, session)
@@ -418,16 +428,55 @@ class BatchExecutor:
                 error = exc
             finally:
                 fired = watchdog.disarm(slot)
-        except HandlerTimeout:  # delivered after the handler returned, before disarm cancelled it
-            fired = watchdog.disarm(slot)
+        except (HandlerTimeout, HandlerCancelled):  # arrived after the handler returned, before
+            fired = watchdog.disarm(slot)  # disarm cancelled it
         if slot.abandoned:
             raise Abandoned
+        if job._cancel_requested_at is not None:
+            cause = None if isinstance(error, HandlerCancelled) else error
+            raise _Cancelled(
+                f"{cancel_message(job)}: its database writes were rolled back"
+            ) from cause
         if fired:
+            assert timeout is not None
             cause = error if error is not None and not isinstance(error, HandlerTimeout) else None
             raise JobTimeoutError(timeout_message(job, timeout)) from (cause or error)
         if error is not None:
             raise error
         return value
+
+    def record_cancelled(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        job: Job,
+        message: str,
+        claimed_by: str | None = None,
+        guarded: bool = False,
+    ) -> int:
+        """Record a job stopped on request as cancelled (no retry, no dead handler) and delete
+        its requests; returns the rows changed (0: not ours). ``guarded`` as for failures."""
+        changed = engine.cancel_running(
+            conn,
+            job,
+            message,
+            requested_at=job._cancel_requested_at,
+            attempt_increment=self.strategy.attempt_increment,
+            expected_status=self.strategy.claimed_status,
+            worker_id=self.worker_id,
+            claimed_by=claimed_by,
+            same_attempt=guarded,
+        )
+        if changed:
+            self.cancel_requests.drop(conn, [job.id])
+            log.warning(
+                "job %s (%s) cancelled at attempt %s: %s",
+                job.id,
+                job.task,
+                job.attempt,
+                message.splitlines()[0],
+            )
+        return changed
 
     def record_failure(
         self,
@@ -441,14 +490,13 @@ class BatchExecutor:
     ) -> int:
         """Record a failed attempt (retry or dead); returns the rows changed (0: not ours).
         ``guarded``: only if the row is still at the attempt that ran (recording from outside
-        the batch transaction, after its end). ``requested``: the retry the handler asked for
-        (Discard: None; Retry: seconds), else the backoff rule."""
+        the batch transaction, after its end). ``requested``: what Discard or Retry asked for."""
         failed, delay = self.policy.fail(
             conn,
             engine,
             job,
             message,
-            requested,
+            requested=requested,
             attempt_increment=self.strategy.attempt_increment,
             expected_status=self.strategy.claimed_status,
             worker_id=self.worker_id,

@@ -61,7 +61,12 @@ class JobLogWriter:
                     self._emit(job, result, seconds)
 
     def _emit(self, job: Job, result: Any, seconds: float) -> None:
-        outcome = "succeeded" if result.ok else self._failure(job, result.requested)
+        if result.ok:
+            outcome = "succeeded"
+        else:  # a job stopped by a cancel request knows it was asked
+            outcome = (
+                "cancelled" if job.cancel_requested() else self._failure(job, result.requested)
+            )
         duration_ms = round(seconds * 1000, 3)
         fields = {
             "task": job.task,

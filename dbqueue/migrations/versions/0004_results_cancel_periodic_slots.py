@@ -6,8 +6,9 @@ Create Date: 2026-11-23
 
 Three nullable columns on the jobs table (no default, so adding them rewrites no row on any
 database) — ``result``; ``awaited``, set when a caller of ``app.call`` waits for the job, whose
-end is then announced; ``cancel_requested_at`` — and two small tables with composite primary
-keys and nothing else, which suits SingleStore too (sharded on the key's first column).
+end is then announced; ``cancel_requested_at`` —, two small tables with composite primary keys
+and nothing else, which suits SingleStore too (sharded on the key's first column), and the
+cancel requests of running jobs (a surrogate key and a plain index on job_id).
 """
 
 from __future__ import annotations
@@ -61,10 +62,30 @@ def upgrade(names: TableNames | None = None) -> None:
         schema=names.schema,
         **table_options("queue"),
     )
+    op.create_table(
+        names.cancels,
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+        sa.Column("job_id", sa.BigInteger(), nullable=False),
+        sa.Column(
+            "requested_at",
+            UtcDateTime(),
+            nullable=False,
+            server_default=sa.schema.DefaultClause(NowDefault()),
+        ),
+        schema=names.schema,
+        **table_options("id"),
+    )
+    op.create_index(f"{names.cancels}_job", names.cancels, ["job_id"], schema=names.schema)
 
 
 def downgrade(names: TableNames | None = None) -> None:
     names = script_names(names)
+    op.drop_table(names.cancels, schema=names.schema)
     op.drop_table(names.slots, schema=names.schema)
     op.drop_table(names.periodic, schema=names.schema)
     with op.batch_alter_table(names.jobs, schema=names.schema) as batch:
