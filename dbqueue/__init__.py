@@ -14,6 +14,7 @@ from .errors import (
     DatabaseUnavailableError,
     DbqueueError,
     Discard,
+    EagerJobError,
     JobCancelledError,
     JobFailedError,
     JobNotFinishedError,

@@ -30,6 +30,7 @@ from ..engine import FailResult, QueueEngine
 from ..errors import UnknownTaskError
 from ..job import Job, Status
 from ..policy import RetryPolicy
+from ..results import running_handlers
 from ..runtime import RuntimeContext
 from ..strategies import ClaimStrategy
 from .claimed import claim_and_run
@@ -78,7 +79,8 @@ class EagerRunner:
             return []
         self._local.pending = pending = deque(ids)
         try:
-            return self._drain(pending)
+            with running_handlers():  # app.call from a handler is refused: it would wait on it
+                return self._drain(pending)
         finally:
             self._local.pending = None
 

@@ -83,6 +83,10 @@ def test_results_are_stored_as_json_and_read_back(backend):
         app.result(scheduled, timeout=0.2)
     with pytest.raises(dbqueue.JobNotFoundError, match="there is no job 987654321"):
         app.result(987654321)
+    app.cancel([scheduled])
+    with pytest.raises(dbqueue.JobCancelledError, match="was cancelled: it has no result") as gone:
+        app.result(scheduled)
+    assert isinstance(gone.value, dbqueue.JobFailedError) and gone.value.job_id == scheduled
 
 
 @pytest.fixture
@@ -170,6 +174,24 @@ def test_call_waits_for_a_worker_process(backend, tmp_path, pushed_only):
         code = worker.wait(timeout=60)
     assert code == 0, log.read_text()[-3000:]
     assert "Traceback" not in log.read_text()
+
+
+def test_call_in_eager_mode_runs_the_job_at_once(database):
+    app = database.app(eager=True)
+
+    @app.task("double")
+    def double(job, session):
+        return job.payload * 2
+
+    @app.task("calls_back", max_attempts=1)
+    def calls_back(job, session):
+        return app.call("double", 1)  # it would be queued after this job: refused
+
+    assert app.call("double", 21, timeout=0) == 42  # ran before call() began to wait
+    with pytest.raises(dbqueue.JobFailedError) as refused:
+        app.call("calls_back", timeout=0)
+    assert refused.value.last_error.startswith("CallFromHandlerError: app.call('double')")
+    assert [j["task"] for j in database.jobs()] == ["double", "calls_back"]
 
 
 def test_discard_makes_the_job_dead_at_once_and_its_dead_handler_runs(backend):
