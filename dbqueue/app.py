@@ -25,6 +25,7 @@ from .errors import ConfigurationError
 from .job import Status
 from .monitoring import QueueSummary
 from .pubsub import Subscription, SubscriptionChanges, new_subscription_values
+from .queues import QueueConfiguration
 from .registration import HandlerRegistration
 from .retry import Backoff
 from .runtime import RuntimeContext
@@ -46,7 +47,7 @@ def _from_context(name: str, doc: str) -> Any:
     return property(lambda app: getattr(app.context, name), doc=doc)
 
 
-class App(HandlerRegistration):
+class App(HandlerRegistration, QueueConfiguration):
     """A queue: where its tables live, which tasks it knows, and how to enqueue and consume.
 
     ``App("postgresql+psycopg2://…")`` or ``App(engine)``; with no argument the URL comes from

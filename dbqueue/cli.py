@@ -30,6 +30,7 @@ from .config import (
 )
 from .dialects import resolve_url
 from .errors import ConfigurationError, DatabaseUnavailableError, DbqueueError
+from .limits import parse_queue_limits
 from .monitoring import STATUS_KEYS
 from .pubsub import Subscription, parse_header, redact_headers, redact_url
 
@@ -218,6 +219,13 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
 @cli.command()
 @database_options
 @click.option("--queue", "queues", multiple=True, help="Queue to consume (repeatable).")
+@click.option(
+    "--queue-limit",
+    "queue_limits",
+    multiple=True,
+    metavar="QUEUE=N",
+    help="At most N jobs of QUEUE at once across all workers (repeatable; 1: exclusive).",
+)
 @click.option("--concurrency", default=1, show_default=True, help="Worker threads.")
 @click.option("--burst", is_flag=True, help="Exit when nothing is runnable.")
 @click.option("--max-jobs", type=int, help="Stop after this many jobs.")
@@ -258,6 +266,7 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
 def worker(
     app: App,
     queues: tuple[str, ...],
+    queue_limits: tuple[str, ...],
     no_maintenance: bool,
     rescue_minutes: Any,
     purge_minutes: Any,
@@ -279,7 +288,12 @@ def worker(
         purge_limit=purge_limit,
         wait_notify_interval=wait_notify_interval,
     )
-    summary = app.run_worker(queues=list(queues) or None, maintenance=not no_maintenance, **options)
+    summary = app.run_worker(
+        queues=list(queues) or None,
+        queue_limits=parse_queue_limits(queue_limits),
+        maintenance=not no_maintenance,
+        **options,
+    )
     if click.get_current_context().meta.get(LOG_FORMAT) != "json":  # JSON: the log line says it
         click.echo(
             f"worker stopped: {summary.succeeded} succeeded, {summary.failed} failed", err=True

@@ -49,6 +49,8 @@ class TaskRegistry:
         self._tasks: dict[str, TaskDefinition] = {}
         self._subscribers: dict[tuple[str, str], TaskDefinition] = {}
         self.catch_all: TaskDefinition | None = None
+        #: queue → how many of its jobs may run at once across all workers (``app.queue``).
+        self.queue_limits: dict[str, int] = {}
 
     # ---- tasks ----------------------------------------------------------------------------
     def register(self, definition: TaskDefinition) -> TaskDefinition:

@@ -8,14 +8,17 @@ import queue as queue_module
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from .. import dialects
+from ..errors import ConfigurationError
 from ..identifiers import check_queue_name
+from ..limits import check_queue_limits
 from ..maintenance import Maintenance, MaintenanceSettings
 from ..pubsub import subscription_problems
 from ..runtime import RuntimeContext
@@ -75,6 +78,8 @@ class Worker(ClaimLoop, AbandonedThreads):
         that ignores the JobTimeoutError (blocked in C) may stay before its thread is abandoned
         and replaced. log_jobs: one INFO line per finished job on logger ``dbqueue.jobs``
         (task, job_id, queue, attempt, outcome, duration_ms; default DBQUEUE_LOG_JOBS, else off).
+        queue_limits: queue → N, at most N jobs of that queue running at once across all
+        workers (added to the App's ``app.queue(name, concurrency=N)``, and winning over them).
     """
 
     def __init__(
@@ -98,13 +103,14 @@ class Worker(ClaimLoop, AbandonedThreads):
         job_timeout: float | None = None,
         timeout_grace: float = DEFAULT_TIMEOUT_GRACE,
         log_jobs: bool | None = None,
+        queue_limits: Mapping[str, int] | None = None,
     ) -> None:
         base = app if isinstance(app, RuntimeContext) else app.context
         self.context = base.reconfigured(
             strategy=strategy, lock_server=lock_server, notify_server=lock_server
         )
         self.settings = self.context.settings
-        self.queues = self._resolve_queues(queues)
+        self.queues, self.queue_limits = self._resolve_queues(queues, queue_limits)
         self.concurrency = positive_int("concurrency", concurrency)
         self.batch_size = positive_int("batch_size", batch_size)
         self.burst = burst
@@ -208,6 +214,7 @@ class Worker(ClaimLoop, AbandonedThreads):
                 "run; every other job claimed will fail as unknown"
             )
         self._warn_about_subscriptions()
+        prepare_slots(self.context, self._engine, self.queue_limits)
         self.notifier = self.context.notifier(self.strategy, self._engine)
         if self.poll_interval is None:
             settings = self.settings
@@ -295,14 +302,61 @@ class Worker(ClaimLoop, AbandonedThreads):
         if self._engine is not None:
             self._engine.dispose()
 
-    def _resolve_queues(self, queues: Sequence[str] | None) -> list[str]:
+    def _resolve_queues(
+        self, queues: Sequence[str] | None, limits: Mapping[str, int] | None
+    ) -> tuple[list[str], dict[str, int]]:
+        """The queues to consume, and the limits among them: the App's (``app.queue``), then
+        the worker's own (``queue_limits`` / ``--queue-limit``), which win."""
+        declared = self.context.registry.queue_limits
+        given = check_queue_limits(limits or {})
         if queues:
             chosen = list(dict.fromkeys(queues))
         else:
-            chosen = list(
-                dict.fromkeys([self.context.default_queue, *self.context.registry.queues()])
+            registered = [*self.context.registry.queues(), *declared, *given]
+            chosen = list(dict.fromkeys([self.context.default_queue, *sorted(registered)]))
+        chosen = [check_queue_name(q) for q in chosen]
+        stray = [queue for queue in given if queue not in chosen]
+        if stray:
+            raise ConfigurationError(
+                f"queue_limits / --queue-limit name queue(s) this worker does not consume: "
+                f"{', '.join(stray)} (it consumes {', '.join(chosen)}): add them to its queues "
+                "(--queue), or drop their limits"
             )
-        return [check_queue_name(q) for q in chosen]
+        merged = {**declared, **given}
+        return chosen, {queue: merged[queue] for queue in chosen if queue in merged}
 
     def _signals(self) -> SignalHandlers:
         return SignalHandlers(self if self.install_signal_handlers else None)
+
+
+def prepare_slots(context: RuntimeContext, engine: Engine, limits: Mapping[str, int]) -> None:
+    """Create the limited queues' slot rows that do not exist yet, and say what each limit is.
+
+    Workers may be started with different limits for one queue: the rows are the union, and
+    each worker uses only the slots numbered below its own limit, so the largest limit in use
+    is the queue's limit across all workers (the warning below says so)."""
+    for queue, limit in limits.items():
+        for attempt in range(3):
+            try:
+                with engine.begin() as conn:
+                    count = context.queue_engine(conn).ensure_slots(conn, queue, limit)
+                break
+            except sa.exc.IntegrityError:  # another worker created some of them meanwhile
+                if attempt == 2:
+                    raise
+        if count > limit:
+            log.warning(
+                "queue %s has %d slots, more than this worker's limit of %d: a worker was "
+                "started with a higher limit, now or before. This worker uses slots 0-%d only, "
+                "one with the higher limit uses them all: give every worker the same limit "
+                "(and once none runs with the higher one, DELETE FROM %s WHERE queue = '%s' "
+                "AND slot >= %d)",
+                queue,
+                count,
+                limit,
+                limit - 1,
+                context.names.slots,
+                queue,
+                limit,
+            )
+        log.info("queue %s: at most %d job(s) at once across all workers", queue, limit)
