@@ -41,12 +41,16 @@ class Slots(EngineBase):
         transaction); return how many slots the queue has now. Two workers starting at once
         may insert the same row: one of them gets an IntegrityError and tries again."""
         s = self.tables.slots
-        with self.translate_errors():
-            have = set(conn.execute(sa.select(s.c.slot).where(s.c.queue == queue)).scalars())
+        have = self.slot_numbers(conn, queue)
         missing = [number for number in range(count) if number not in have]
         if missing:
             conn.execute(sa.insert(s), [{"queue": queue, "slot": n} for n in missing])
         return len(have) + len(missing)
+
+    def slot_numbers(self, conn: Connection, queue: str) -> set[int]:
+        s = self.tables.slots
+        with self.translate_errors():
+            return set(conn.execute(sa.select(s.c.slot).where(s.c.queue == queue)).scalars())
 
     def record_slot(
         self, conn: Connection, queue: str, slot: int, job_id: int, worker_id: str

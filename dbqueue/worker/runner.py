@@ -336,14 +336,7 @@ def prepare_slots(context: RuntimeContext, engine: Engine, limits: Mapping[str, 
     each worker uses only the slots numbered below its own limit, so the largest limit in use
     is the queue's limit across all workers (the warning below says so)."""
     for queue, limit in limits.items():
-        for attempt in range(3):
-            try:
-                with engine.begin() as conn:
-                    count = context.queue_engine(conn).ensure_slots(conn, queue, limit)
-                break
-            except sa.exc.IntegrityError:  # another worker created some of them meanwhile
-                if attempt == 2:
-                    raise
+        count = _ensure_slots(context, engine, queue, limit)
         if count > limit:
             log.warning(
                 "queue %s has %d slots, more than this worker's limit of %d: a worker was "
@@ -360,3 +353,24 @@ def prepare_slots(context: RuntimeContext, engine: Engine, limits: Mapping[str, 
                 limit,
             )
         log.info("queue %s: at most %d job(s) at once across all workers", queue, limit)
+
+
+def _ensure_slots(context: RuntimeContext, engine: Engine, queue: str, limit: int) -> int:
+    """How many slots ``queue`` has, after creating those below ``limit`` that were missing.
+    Read first without write intent: on SQLite a write would wait for the database's write
+    lock, which a running job may hold for as long as it runs."""
+    with engine.connect() as conn:
+        reader = conn.execution_options(**{dialects.WRITE_INTENT: False})
+        with reader.begin():
+            have = context.queue_engine(reader).slot_numbers(reader, queue)
+    if set(range(limit)) <= have:
+        return len(have)
+    failures = 0
+    while True:
+        try:
+            with engine.begin() as conn:
+                return context.queue_engine(conn).ensure_slots(conn, queue, limit)
+        except sa.exc.IntegrityError:  # another worker created some of them meanwhile
+            failures += 1
+            if failures == 3:
+                raise
