@@ -41,7 +41,7 @@ def fresh_app(url: str, prefix: str = PREFIX, **options: Any) -> dbqueue.App:
     engine = app.create_engine()
     names = app.names
     with engine.begin() as conn:
-        for table in (names.jobs, names.subscriptions, names.maintenance, names.version_table):
+        for table in (*names.all, names.version_table):
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
         if engine.dialect.name == "postgresql":
             conn.execute(sa.text(f"DROP FUNCTION IF EXISTS {names.jobs}_notify()"))
