@@ -12,6 +12,7 @@ from typing_extensions import Unpack
 
 from . import maintenance, migrate, publishing
 from . import payload as payload_codec
+from .cancel_api import CancelAPI
 from .client import (
     EnqueueOptions,
     Target,
@@ -47,7 +48,7 @@ def _from_context(name: str, doc: str) -> Any:
     return property(lambda app: getattr(app.context, name), doc=doc)
 
 
-class App(HandlerRegistration, QueueConfiguration):
+class App(HandlerRegistration, CancelAPI, QueueConfiguration):
     """A queue: where its tables live, which tasks it knows, and how to enqueue and consume.
 
     ``App("postgresql+psycopg2://…")`` or ``App(engine)``; with no argument the URL comes from

@@ -40,6 +40,12 @@ class JobTimeoutError(DbqueueError):
     """A handler ran past its task's timeout."""
 
 
+class JobCancelledError(DbqueueError):
+    """A running job was cancelled (``app.cancel``): raised in its handler's thread by the
+    worker when the handler did not stop by itself soon after ``job.cancel_requested()``
+    turned true. The job ends ``cancelled``, its writes rolled back; it is not retried."""
+
+
 class DatabaseUnavailableError(DbqueueError):
     """The database cannot be reached or refused the credentials."""
 

@@ -224,7 +224,7 @@ class ClaimLoop:
                 committed = True
             finally:
                 self._settle(limit, result if committed else None)
-            claimed += result.succeeded + result.failed if result else 0
+            claimed += result.succeeded + result.failed + result.cancelled if result else 0
         self.summary.rounds += 1
         return claimed, time.monotonic() - started
 
@@ -340,3 +340,4 @@ class ClaimLoop:
             if result is not None:
                 self.summary.succeeded += result.succeeded
                 self.summary.failed += result.failed
+                self.summary.cancelled += result.cancelled

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from .. import dialects
@@ -23,11 +22,13 @@ from ..maintenance import Maintenance, MaintenanceSettings
 from ..pubsub import subscription_problems
 from ..runtime import RuntimeContext
 from ..wakeup import Notifier, WakeSignal
+from .cancels import CancelPoller
 from .joblog import JobLogWriter
 from .loop import ClaimLoop
 from .process import SignalHandlers, positive_int, positive_seconds
+from .queue_slots import prepare_slots
 from .recovery import AbandonedThreads
-from .watchdog import DEFAULT_TIMEOUT_GRACE, Slot, Watchdog
+from .watchdog import CANCEL_NOTICE, DEFAULT_TIMEOUT_GRACE, Slot, Watchdog
 
 if TYPE_CHECKING:
     from ..strategies import ClaimStrategy
@@ -50,6 +51,8 @@ SUPERVISE_INTERVAL = 0.2
 class WorkerSummary:
     succeeded: int = 0
     failed: int = 0
+    #: jobs stopped by a cancel request while they ran (``app.cancel``)
+    cancelled: int = 0
     rounds: int = 0
     reconnects: int = 0
     #: threads given up because a handler stayed blocked past its timeout (each was replaced)
@@ -58,7 +61,7 @@ class WorkerSummary:
 
     @property
     def processed(self) -> int:
-        return self.succeeded + self.failed
+        return self.succeeded + self.failed + self.cancelled
 
 
 class Worker(ClaimLoop, AbandonedThreads):
@@ -76,10 +79,13 @@ class Worker(ClaimLoop, AbandonedThreads):
         ``maintenance_settings``). job_timeout: seconds a job may run unless its task sets
         ``timeout`` (default DBQUEUE_JOB_TIMEOUT, else none); timeout_grace: how long a handler
         that ignores the JobTimeoutError (blocked in C) may stay before its thread is abandoned
-        and replaced. log_jobs: one INFO line per finished job on logger ``dbqueue.jobs``
-        (task, job_id, queue, attempt, outcome, duration_ms; default DBQUEUE_LOG_JOBS, else off).
-        queue_limits: queue → N, at most N jobs of that queue running at once across all
-        workers (added to the App's ``app.queue(name, concurrency=N)``, and winning over them).
+        and replaced (also after a cancel request); cancel_notice: how long a handler told of a
+        cancel request (``job.cancel_requested()``) may take to stop by itself before
+        JobCancelledError is raised in its thread (default 1 s). log_jobs: one INFO line per
+        finished job on logger ``dbqueue.jobs`` (task, job_id, queue, attempt, outcome,
+        duration_ms; default DBQUEUE_LOG_JOBS, else off). queue_limits: queue → N, at most N
+        jobs of that queue running at once across all workers (added to the App's
+        ``app.queue(name, concurrency=N)``, and winning over them).
     """
 
     def __init__(
@@ -102,6 +108,7 @@ class Worker(ClaimLoop, AbandonedThreads):
         name: str | None = None,
         job_timeout: float | None = None,
         timeout_grace: float = DEFAULT_TIMEOUT_GRACE,
+        cancel_notice: float = CANCEL_NOTICE,
         log_jobs: bool | None = None,
         queue_limits: Mapping[str, int] | None = None,
     ) -> None:
@@ -126,9 +133,11 @@ class Worker(ClaimLoop, AbandonedThreads):
             "job_timeout", self.settings.job_timeout if job_timeout is None else job_timeout
         )
         self.timeout_grace = positive_seconds("timeout_grace", timeout_grace)
+        self.cancel_notice = positive_seconds("cancel_notice", cancel_notice)
         self.log_jobs = self.settings.log_jobs if log_jobs is None else bool(log_jobs)
         self.job_log_writer: JobLogWriter | None = None
         self.watchdog: Watchdog | None = None
+        self.cancel_poller: CancelPoller | None = None
         self._abandoned: queue_module.SimpleQueue[Slot] = queue_module.SimpleQueue()
         self.summary = WorkerSummary()
         self._stop = threading.Event()
@@ -170,10 +179,10 @@ class Worker(ClaimLoop, AbandonedThreads):
     def run(self) -> WorkerSummary:
         self._engine = self.context.create_engine(
             pool_size=self.concurrency + 2,
-            # Unbounded overflow: a thread abandoned past its timeout keeps its (ended)
-            # connection checked out for as long as it stays blocked, and its replacement
-            # must still get one.
-            max_overflow=-1 if self._uses_timeouts() else 2,
+            # Unbounded overflow: a thread abandoned past its timeout (or a cancel request)
+            # keeps its (ended) connection checked out for as long as it stays blocked, and its
+            # replacement must still get one.
+            max_overflow=-1,
             execution_options={dialects.WRITE_INTENT: True},
         )
         self.context.local_workers.add(self)
@@ -189,10 +198,11 @@ class Worker(ClaimLoop, AbandonedThreads):
         if self._fatal is not None:
             raise self._fatal
         log.info(
-            "worker %s stopped: %d succeeded, %d failed",
+            "worker %s stopped: %d succeeded, %d failed, %d cancelled",
             self.name,
             self.summary.succeeded,
             self.summary.failed,
+            self.summary.cancelled,
         )
         return self.summary
 
@@ -253,14 +263,16 @@ class Worker(ClaimLoop, AbandonedThreads):
         for problem in subscription_problems(rows, self.context.registry.subscribers()):
             log.warning("%s", problem)
 
-    def _uses_timeouts(self) -> bool:
-        return self.job_timeout is not None or self.context.registry.has_timeouts()
-
     def _supervise(self) -> None:
         """Start the threads and wait for them; replace any the watchdog gave up on."""
-        if self._uses_timeouts():
-            self.watchdog = Watchdog(self.timeout_grace, self._on_stuck)
-            self.watchdog.start()
+        assert self._engine is not None
+        # Always: timeouts, and the cancel requests any running job may get.
+        self.watchdog = Watchdog(self.timeout_grace, self._on_stuck, self.cancel_notice)
+        self.watchdog.start()
+        self.cancel_poller = CancelPoller(
+            self.watchdog, self._engine, self.context.cancel_requests()
+        )
+        self.cancel_poller.start()
         live: dict[int, threading.Thread] = {}
         for index in range(self.concurrency):
             live[index] = self._start_thread(index)
@@ -291,8 +303,11 @@ class Worker(ClaimLoop, AbandonedThreads):
     def _shut_down(self) -> None:
         if self.job_log_writer is not None:
             self.job_log_writer.stop()  # the threads have ended: write their last records
+        if self.cancel_poller is not None:
+            self.cancel_poller.stop()
         if self.watchdog is not None:
             self.watchdog.stop()
+        self.context.cancel_requests().close()
         if self.maintenance is not None:
             self.maintenance.stop()
         if self.notifier is not None:
@@ -327,50 +342,3 @@ class Worker(ClaimLoop, AbandonedThreads):
 
     def _signals(self) -> SignalHandlers:
         return SignalHandlers(self if self.install_signal_handlers else None)
-
-
-def prepare_slots(context: RuntimeContext, engine: Engine, limits: Mapping[str, int]) -> None:
-    """Create the limited queues' slot rows that do not exist yet, and say what each limit is.
-
-    Workers may be started with different limits for one queue: the rows are the union, and
-    each worker uses only the slots numbered below its own limit, so the largest limit in use
-    is the queue's limit across all workers (the warning below says so)."""
-    for queue, limit in limits.items():
-        count = _ensure_slots(context, engine, queue, limit)
-        if count > limit:
-            log.warning(
-                "queue %s has %d slots, more than this worker's limit of %d: a worker was "
-                "started with a higher limit, now or before. This worker uses slots 0-%d only, "
-                "one with the higher limit uses them all: give every worker the same limit "
-                "(and once none runs with the higher one, DELETE FROM %s WHERE queue = '%s' "
-                "AND slot >= %d)",
-                queue,
-                count,
-                limit,
-                limit - 1,
-                context.names.slots,
-                queue,
-                limit,
-            )
-        log.info("queue %s: at most %d job(s) at once across all workers", queue, limit)
-
-
-def _ensure_slots(context: RuntimeContext, engine: Engine, queue: str, limit: int) -> int:
-    """How many slots ``queue`` has, after creating those below ``limit`` that were missing.
-    Read first without write intent: on SQLite a write would wait for the database's write
-    lock, which a running job may hold for as long as it runs."""
-    with engine.connect() as conn:
-        reader = conn.execution_options(**{dialects.WRITE_INTENT: False})
-        with reader.begin():
-            have = context.queue_engine(reader).slot_numbers(reader, queue)
-    if set(range(limit)) <= have:
-        return len(have)
-    failures = 0
-    while True:
-        try:
-            with engine.begin() as conn:
-                return context.queue_engine(conn).ensure_slots(conn, queue, limit)
-        except sa.exc.IntegrityError:  # another worker created some of them meanwhile
-            failures += 1
-            if failures == 3:
-                raise
