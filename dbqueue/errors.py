@@ -57,3 +57,16 @@ class AttemptFailed(DbqueueError):
     message (status, response excerpt) says everything; a stack trace would only bury it.
     The attempt is retried, then dead-lettered, like any other failure.
     """
+
+
+class EagerJobError(DbqueueError):
+    """Eager mode with ``eager_raise``: a job run at commit died (or could not run here).
+
+    Raised after the enqueuing transaction committed and every job it made has run: the jobs
+    stay recorded as a worker would leave them. ``failures`` holds one dict per job that died
+    (``id``, ``task``, ``status``, ``message``: the last attempt's error and traceback).
+    """
+
+    def __init__(self, message: str, failures: list[dict[str, object]]) -> None:
+        super().__init__(message)
+        self.failures = failures

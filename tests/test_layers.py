@@ -40,6 +40,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.app",
         "dbqueue.cancel_api",
         "dbqueue.client",
+        "dbqueue.eager",
         "dbqueue.monitoring",
         "dbqueue.publishing",
         "dbqueue.queues",

@@ -61,3 +61,9 @@ class SkipLockedStrategy(ClaimStrategy):
         if engine.take_slot(conn, stmt, queue, slots) is None:
             return None
         return self.claim(conn, engine, queue, 1, worker_id)
+
+    def claim_ids(
+        self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
+    ) -> list[Job]:
+        stmt = engine.waiting(ids).with_for_update(skip_locked=True)
+        return engine.fetch_waiting(conn, stmt, self.attempt_increment)

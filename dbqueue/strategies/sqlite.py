@@ -53,3 +53,8 @@ class SQLiteStrategy(ClaimStrategy):
         jobs one after another — at most one job of any queue runs at once, within every limit.
         A killed worker's lock vanishes with its process."""
         return self.claim(conn, engine, queue, limit, worker_id)
+
+    def claim_ids(
+        self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
+    ) -> list[Job]:
+        return engine.fetch_waiting(conn, engine.waiting(ids), self.attempt_increment)

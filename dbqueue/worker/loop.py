@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 from ..errors import SchemaMissingError
 from ..lockserver.client import LockServerUnavailableError
 from ..wakeup import Notifier, WakeSignal
+from .claimed import claim_and_run
 from .executor import BatchExecutor, BatchResult
 from .joblog import JobLog, JobLogWriter
 from .process import discard as _discard
@@ -237,39 +238,25 @@ class ClaimLoop:
         limit: int,
         state: _ThreadState,
     ) -> BatchResult | None:
-        assert self.strategy is not None
+        strategy = self.strategy
+        assert strategy is not None
         worker_id = executor.worker_id
         slots = self.queue_limits.get(queue) if self.queue_limits else None
-        if self.strategy.claims_in_transaction:
-            with conn.begin():
-                if slots is None:
-                    jobs = self.strategy.claim(conn, engine, queue, limit, worker_id)
-                else:
-                    jobs = self._claim_limited(conn, engine, queue, limit, slots, state, worker_id)
-                if not jobs:
-                    return None
-                done = executor.execute(conn, engine, jobs, lambda: self.stopping)
-            executor.log_committed()
-            return done
         if slots is None:
-            jobs = self.strategy.claim(conn, engine, queue, limit, worker_id)  # commits 'running'
-        else:
-            jobs = self._claim_limited(conn, engine, queue, limit, slots, state, worker_id)
-        if not jobs:
-            return None
-        try:
-            result = executor.execute_committed(conn, engine, jobs, lambda: self.stopping)
-        except Abandoned:
-            raise  # the watchdog recorded the outcome; this thread writes nothing more
-        except BaseException:
-            executor.give_back(conn, engine, jobs)
-            try:
-                self.strategy.release(conn, engine, jobs)
-            except Exception:  # the original error says more; rescue frees what is left
-                log.debug("releasing the locks of a failed batch failed", exc_info=True)
-            raise
-        self.strategy.release(conn, engine, jobs)
-        return result
+            return claim_and_run(
+                executor,
+                conn,
+                engine,
+                lambda: strategy.claim(conn, engine, queue, limit, worker_id),
+                lambda: self.stopping,
+            )
+        return claim_and_run(
+            executor,
+            conn,
+            engine,
+            lambda: self._claim_limited(conn, engine, queue, limit, slots, state, worker_id),
+            lambda: self.stopping,
+        )
 
     def _claim_limited(
         self,
