@@ -28,6 +28,7 @@ from .pubsub import Subscription, SubscriptionChanges, new_subscription_values
 from .registration import HandlerRegistration
 from .retry import Backoff
 from .runtime import RuntimeContext
+from .scheduling import PeriodicRegistration
 from .schema import DEFAULT_HTTP_METHOD
 from .wakeups import CommitWaker
 
@@ -46,7 +47,7 @@ def _from_context(name: str, doc: str) -> Any:
     return property(lambda app: getattr(app.context, name), doc=doc)
 
 
-class App(HandlerRegistration):
+class App(HandlerRegistration, PeriodicRegistration):
     """A queue: where its tables live, which tasks it knows, and how to enqueue and consume.
 
     ``App("postgresql+psycopg2://…")`` or ``App(engine)``; with no argument the URL comes from

@@ -42,6 +42,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.monitoring",
         "dbqueue.publishing",
         "dbqueue.registration",
+        "dbqueue.scheduling",
         "dbqueue.wakeups",
     ),
     # runtime: the runtime context (settings, engines, strategy resolution) and maintenance.
@@ -76,6 +77,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.wakeup",
         "dbqueue.poollog",
         "dbqueue.logs",
+        "dbqueue.periodic",
     ),
 }
 

@@ -20,10 +20,12 @@ from ..maintenance import Maintenance, MaintenanceSettings
 from ..pubsub import subscription_problems
 from ..runtime import RuntimeContext
 from ..wakeup import Notifier, WakeSignal
+from ..wakeups import CommitWaker
 from .joblog import JobLogWriter
 from .loop import ClaimLoop
 from .process import SignalHandlers, positive_int, positive_seconds
 from .recovery import AbandonedThreads
+from .scheduler import Scheduler
 from .watchdog import DEFAULT_TIMEOUT_GRACE, Slot, Watchdog
 
 if TYPE_CHECKING:
@@ -75,6 +77,8 @@ class Worker(ClaimLoop, AbandonedThreads):
         that ignores the JobTimeoutError (blocked in C) may stay before its thread is abandoned
         and replaced. log_jobs: one INFO line per finished job on logger ``dbqueue.jobs``
         (task, job_id, queue, attempt, outcome, duration_ms; default DBQUEUE_LOG_JOBS, else off).
+        periodic: enqueue the ticks of the App's periodic schedules (one thread; each tick
+        exactly once across workers; not in burst mode).
     """
 
     def __init__(
@@ -93,6 +97,7 @@ class Worker(ClaimLoop, AbandonedThreads):
         lock_server: str | None = None,
         maintenance: bool = True,
         maintenance_settings: MaintenanceSettings | None = None,
+        periodic: bool = True,
         install_signal_handlers: bool = True,
         name: str | None = None,
         job_timeout: float | None = None,
@@ -114,6 +119,8 @@ class Worker(ClaimLoop, AbandonedThreads):
         self.min_poll_interval = positive_seconds("min_poll_interval", min_poll_interval)
         self.run_maintenance = maintenance and not burst
         self.maintenance_settings = maintenance_settings or self.context.maintenance_settings
+        self.run_periodic = periodic and not burst
+        self.scheduler: Scheduler | None = None
         self.install_signal_handlers = install_signal_handlers
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.job_timeout = positive_seconds(
@@ -227,6 +234,8 @@ class Worker(ClaimLoop, AbandonedThreads):
                 f"{self.name}:maintenance",
             )
             self.maintenance.start()
+        if self.run_periodic:
+            self._start_scheduler()
         log.info(
             "worker %s on %s: strategy %s, queues %s, concurrency %d, %s",
             self.name,
@@ -236,6 +245,23 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.concurrency,
             "push wake-ups" if self.notifier.pushes else "polling",
         )
+
+    def _start_scheduler(self) -> None:
+        """The periodic-jobs thread, when the App declares schedules (a schedule whose task
+        cannot be resolved stops the start-up here, naming the fix)."""
+        assert self._engine is not None
+        schedules = self.context.registry.schedules.resolved(self.context.registry)
+        if not schedules:
+            return
+        waker = CommitWaker(self.context)
+        self.scheduler = Scheduler(
+            self.context,
+            self._engine,
+            schedules,
+            lambda queues: waker.after_commit(None, queues),
+        )
+        self.scheduler.start()
+        log.info("periodic: %s", ", ".join(f"{s.name} ({s.cron})" for s in schedules))
 
     def _warn_about_subscriptions(self) -> None:
         """Subscribers with no subscription row, subscriptions nothing can deliver: said at
@@ -286,6 +312,8 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.job_log_writer.stop()  # the threads have ended: write their last records
         if self.watchdog is not None:
             self.watchdog.stop()
+        if self.scheduler is not None:
+            self.scheduler.stop()
         if self.maintenance is not None:
             self.maintenance.stop()
         if self.notifier is not None:
