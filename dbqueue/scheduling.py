@@ -26,6 +26,7 @@ from . import dialects
 from . import payload as payload_codec
 from .client import build_job, job_for_task, write_target
 from .errors import DbqueueError
+from .identifiers import check_task_name
 from .migrate import check_schema
 from .periodic import (
     UTC,
@@ -129,16 +130,14 @@ class PeriodicRegistration:
     ) -> Schedule:
         """Enqueue ``task`` (registered here, in another module, or only in other workers) on
         a schedule; the arguments are ``periodic``'s. Returns the schedule."""
-        what = f"app.schedule(name={name or task!r})"
-        pending = _pending(
-            self.context, what, name or task, task, cron, every, tz, catch_up, payload
-        )
+        check_task_name(task)
+        name = task if name is None else name
+        what = f"app.schedule(name={name!r})"
+        pending = _pending(self.context, what, name, task, cron, every, tz, catch_up, payload)
         checked = _checked_options(self.context, what, pending.payload, options)
         pending = dataclasses.replace(pending, options=checked)
         self.context.registry.schedules.add(pending)
-        return Schedule(
-            pending.name or task, task, pending.rule, pending.payload, checked, pending.catch_up
-        )
+        return Schedule(name, task, pending.rule, pending.payload, checked, pending.catch_up)
 
     def schedules(self) -> list[Schedule]:
         """Every schedule declared on this App, by name (each with its task resolved)."""
@@ -284,7 +283,11 @@ def enqueue_due(
     failure: BaseException | None = None
     for schedule in schedules:
         due = schedule.due(last.get(schedule.name), now)
-        if len(due) > 1:
+        if not due:
+            log.debug(
+                "periodic %s: nothing due (last tick %s)", schedule.name, last.get(schedule.name)
+            )
+        elif len(due) > 1:
             log.info("periodic %s: catching up %d missed tick(s)", schedule.name, len(due))
         for tick in due:
             try:

@@ -1,0 +1,58 @@
+"""A worker process with one periodic schedule, for the exactly-once tests of periodic jobs.
+
+    python tests/support/periodic_worker.py URL STRATEGY --name NAME --every SECONDS ...
+
+The schedule enqueues task ``per_tick`` (a no-op) every SECONDS with catch_up="all". Logger
+``dbqueue.periodic`` logs at DEBUG, each line with the process id, so that a test can see which
+process enqueued which tick and that every process took part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import dbqueue  # noqa: E402
+from support.backends import PREFIX  # noqa: E402
+
+TASK = "per_tick"
+
+
+def build_app(url: str, prefix: str, server: str | None, name: str, every: float) -> dbqueue.App:
+    app = dbqueue.App(url, table_prefix=prefix, lock_server=server)
+
+    @app.periodic(every=every, name=name, catch_up="all", payload={"from": "schedule"})
+    @app.task(TASK)
+    def tick(job: dbqueue.Job, session: dbqueue.JobSession) -> None:
+        return None
+
+    return app
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("strategy")
+    parser.add_argument("--name", required=True, help="the schedule's name")
+    parser.add_argument("--every", type=float, required=True)
+    parser.add_argument("--prefix", default=PREFIX, help="table prefix")
+    parser.add_argument("--server", help="HOST:PORT of the lock server")
+    args = parser.parse_args()
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s pid={os.getpid()} %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("dbqueue.periodic").setLevel(logging.DEBUG)
+    app = build_app(args.url, args.prefix, args.server, args.name, args.every)
+    # Jobs do not matter here (local enqueues wake the worker anyway): poll seldom.
+    app.run_worker(strategy=args.strategy, poll_interval=1.0, maintenance=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
