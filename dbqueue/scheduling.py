@@ -104,7 +104,12 @@ class PeriodicRegistration:
         def register(handler: H) -> H:
             definitions = self.context.registry
             task = next(
-                (n for n in definitions.names() if definitions.get(n).handler is handler), None
+                (
+                    n
+                    for n in definitions.names()
+                    if getattr(definitions.get(n), "handler", None) is handler
+                ),
+                None,
             )
             named = pending.name or task  # known now unless @app.task comes after
             self.context.registry.schedules.add(

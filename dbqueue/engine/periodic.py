@@ -43,7 +43,8 @@ class PeriodicTicks(EngineBase):
             .group_by(p.c.name)
         )
         with self.translate_errors():
-            return {name: tick for name, tick in conn.execute(stmt)}
+            rows = conn.execute(stmt).all()
+        return {name: tick for name, tick in rows}
 
     def periodic_status(self, conn: Connection) -> list[dict[str, Any]]:
         """Per schedule name in the table: its last tick, that tick's job and the job's status
