@@ -180,6 +180,18 @@ def test_worker_processes_enqueue_each_tick_exactly_once_even_when_sigkilled(bac
     assert "Traceback" not in text and "WARNING" not in text, text[-3000:]
 
 
+def test_a_worker_runs_the_schedules_unless_told_not_to(database):
+    clear_ticks(database)
+    app = database.app()
+    app.schedule(every=0.1, task="per_report", name="per_in_process", catch_up="all")
+    database.run_worker(app, burst=False, max_runtime=0.5, periodic=False)
+    assert tick_rows(database, "per_in_process") == []
+    database.run_worker(app, burst=True)  # --burst: nothing periodic either
+    assert tick_rows(database, "per_in_process") == []
+    database.run_worker(app, burst=False, max_runtime=0.5)
+    assert len(tick_rows(database, "per_in_process")) >= 2
+
+
 # ---- catch_up, changed schedules, purge --------------------------------------------------------
 def at(hour: int, minute: int, second: int = 0) -> dt.datetime:
     return dt.datetime(2030, 1, 1, hour, minute, second, tzinfo=UTC)
