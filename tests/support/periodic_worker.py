@@ -13,12 +13,8 @@ import argparse
 import logging
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import dbqueue  # noqa: E402
-from support.backends import PREFIX  # noqa: E402
+import dbqueue
 
 TASK = "per_tick"
 
@@ -40,7 +36,9 @@ def main() -> int:
     parser.add_argument("strategy")
     parser.add_argument("--name", required=True, help="the schedule's name")
     parser.add_argument("--every", type=float, required=True)
-    parser.add_argument("--prefix", default=PREFIX, help="table prefix")
+    # Required rather than read from support.backends: importing that (and pytest with it)
+    # would add a good part of a second to every start of this process.
+    parser.add_argument("--prefix", required=True, help="table prefix")
     parser.add_argument("--server", help="HOST:PORT of the lock server")
     args = parser.parse_args()
     logging.basicConfig(
