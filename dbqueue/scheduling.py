@@ -274,11 +274,13 @@ def enqueue_due(
     schedules: Sequence[Schedule],
     now: dt.datetime,
     wake: Callable[[Sequence[str]], None] | None = None,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> list[TickOutcome]:
     """Read each schedule's last recorded tick (one query), then enqueue its due ticks, oldest
     first, one transaction each. A schedule stops at its first failed tick (the exception
     propagates after the other schedules' ticks): a later tick is never recorded before an
-    earlier one that is still due."""
+    earlier one that is still due. ``stopping()`` true ends the check between two ticks (a
+    worker told to stop does not go on catching up)."""
     if not schedules:
         return []
     reader = engine.execution_options(**{dialects.WRITE_INTENT: False})  # SQLite: no write lock
@@ -295,6 +297,8 @@ def enqueue_due(
         elif len(due) > 1:
             log.info("periodic %s: catching up %d missed tick(s)", schedule.name, len(due))
         for tick in due:
+            if stopping():
+                return outcomes
             try:
                 job_id = _enqueue_with_retries(context, engine, schedule, tick)
             except (sa.exc.DBAPIError, DbqueueError) as exc:

@@ -78,7 +78,7 @@ class Scheduler:
             return
         when = dt.datetime.fromtimestamp(now, UTC)
         try:
-            enqueue_due(self.context, self.engine, due, when, self.wake)
+            enqueue_due(self.context, self.engine, due, when, self.wake, self._stop.is_set)
         except Exception as exc:  # the thread must outlive any failure: next try in a second
             self._failed(exc)
             for schedule in due:

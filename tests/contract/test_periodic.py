@@ -19,6 +19,9 @@ import sqlalchemy as sa
 from support.cli_runner import invoke
 from support.waiting import wait_for
 
+from dbqueue.client import write_target
+from dbqueue.scheduling import enqueue_due
+
 pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "periodic_worker.py"
@@ -259,6 +262,23 @@ def test_a_new_schedule_enqueues_nothing_missed_and_a_changed_one_is_picked_up(d
     assert status["per_all"]["cron"] == "*/10 * * * *"
     assert status["per_all"]["last_tick"] == at(12, 40)
     assert status["per_new"]["declared"] is False  # in the table, not in this App
+
+
+def test_a_check_stopped_halfway_leaves_no_gap_and_the_next_one_resumes(database):
+    clear_ticks(database)
+    app = database.app()
+    app.schedule("* * * * *", task="per_report", name="per_minutely", catch_up="all")
+    enqueued(app.enqueue_periodic(at(12, 0, 1)))
+    calls = iter(range(100))
+    engine = write_target(app.engine)
+    # The worker is told to stop after two of the ten missed ticks.
+    done = enqueue_due(
+        app.context, engine, app.schedules(), at(12, 10, 1), None, lambda: next(calls) >= 2
+    )
+    assert [o.tick for o in done] == [at(12, 1), at(12, 2)]
+    assert enqueued(app.enqueue_periodic(at(12, 10, 2))) == {
+        "per_minutely": [at(12, m) for m in range(3, 11)]
+    }
 
 
 def test_purge_deletes_old_ticks_but_each_schedules_last(database):
