@@ -73,7 +73,7 @@ def last_tick(backend, name: str) -> dt.datetime | None:
     return rows[-1][0] if rows else None
 
 
-def start_worker(backend, name: str, log: Path) -> subprocess.Popen:
+def start_worker(backend, name: str, log: Path, *options: str) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
@@ -85,6 +85,7 @@ def start_worker(backend, name: str, log: Path) -> subprocess.Popen:
             name,
             "--every",
             str(EVERY),
+            *options,
         ],
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
@@ -132,37 +133,44 @@ def count_after(backend, name: str, first: dt.datetime) -> int:
     return sum(tick > first for tick, _ in tick_rows(backend, name))
 
 
-def kill_and_replace(backend, workers, index, name, log) -> subprocess.Popen:
-    """Right after the next tick is recorded: SIGKILL ``workers[index]``, start another."""
+def kill_and_replace(backend, workers, index, spare, go: Path, name, log) -> None:
+    """Right after the next tick is recorded: SIGKILL ``workers[index]``, and start ``spare``
+    (a process that has done its imports and waits for ``go``) in its place."""
     seen = last_tick(backend, name)
     wait_for(lambda: last_tick(backend, name) != seen, 30, "the next tick", log)
     victim = workers[index]
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=10) == -signal.SIGKILL
-    workers[index] = start_worker(backend, name, log)
-    return victim
+    go.touch()
+    workers[index] = spare
 
 
 def test_worker_processes_enqueue_each_tick_exactly_once_even_when_sigkilled(backend, tmp_path):
     """Three workers meet on 20 ticks; then two of them are SIGKILLed between ticks (one right
     after a tick, the other after the next) and replaced, for 20 more ticks at least. One set
-    of processes serves both phases: starting a process costs seconds on this machine."""
+    of processes serves both phases: starting a process costs seconds on this machine, and the
+    replacements do their imports during the first phase."""
     clear_ticks(backend)
     name = f"per_ticks_{backend.strategy}"
     log = tmp_path / "workers.log"
     workers = [start_worker(backend, name, log) for _ in range(3)]
     originals = list(workers)
+    go = [tmp_path / "go-0", tmp_path / "go-1"]
+    spares: list[subprocess.Popen] = []
     try:
         wait_for(lambda: started(log, name) == 3, 120, "3 workers to start", log)
+        spares = [start_worker(backend, name, log, "--wait-file", str(path)) for path in go]
         first = last_tick(backend, name) or dt.datetime.min.replace(tzinfo=UTC)
         wait_for(lambda: count_after(backend, name, first) >= 20, 60, "20 ticks", log)
         steady = last_tick(backend, name)
-        kill_and_replace(backend, workers, 0, name, log)
-        kill_and_replace(backend, workers, 1, name, log)
-        wait_for(lambda: started(log, name) == 5, 120, "the replacements", log)
+        kill_and_replace(backend, workers, 0, spares[0], go[0], name, log)
+        kill_and_replace(backend, workers, 1, spares[1], go[1], name, log)
+        wait_for(lambda: started(log, name) == 5, 120, "the replacements to start", log)
         wait_for(lambda: count_after(backend, name, steady) >= 20, 60, "20 more ticks", log)
     finally:
-        codes = stop_all(workers)
+        for path in go:
+            path.touch()  # a spare never used starts, then stops like the others
+        codes = stop_all([*workers, *(s for s in spares if s not in workers)])
         for worker in originals[:2]:
             if worker.poll() is None:
                 worker.kill()
@@ -177,22 +185,10 @@ def test_worker_processes_enqueue_each_tick_exactly_once_even_when_sigkilled(bac
     logged = [tick for _, tick in logged_ticks(log)]
     assert len(logged) == len(set(logged)), "a tick was enqueued twice"
     assert set(logged) <= {t for t, _ in rows}
-    # The three first workers all checked the ticks of the steady phase.
+    # Every process checked the schedule: the first three, and the two that replaced two.
     checked = {int(pid) for pid in re.findall(r"pid=(\d+) DEBUG dbqueue\.periodic", text)}
-    assert {w.pid for w in originals} <= checked
+    assert {w.pid for w in [*originals, *spares]} <= checked
     assert "Traceback" not in text and "WARNING" not in text, text[-3000:]
-
-
-def test_a_worker_runs_the_schedules_unless_told_not_to(database):
-    clear_ticks(database)
-    app = database.app()
-    app.schedule(every=0.1, task="per_report", name="per_in_process", catch_up="all")
-    database.run_worker(app, burst=False, max_runtime=0.5, periodic=False)
-    assert tick_rows(database, "per_in_process") == []
-    database.run_worker(app, burst=True)  # --burst: nothing periodic either
-    assert tick_rows(database, "per_in_process") == []
-    database.run_worker(app, burst=False, max_runtime=0.5)
-    assert len(tick_rows(database, "per_in_process")) >= 2
 
 
 # ---- catch_up, changed schedules, purge --------------------------------------------------------
