@@ -12,6 +12,8 @@ from .errors import (
     ConfigurationError,
     DatabaseUnavailableError,
     DbqueueError,
+    EagerJobError,
+    JobCancelledError,
     JobTimeoutError,
     PayloadError,
     SchemaMissingError,
@@ -24,9 +26,11 @@ from .pubsub import Subscription
 from .retry import linear_backoff
 from .webhooks import DEFAULT_WEBHOOK_TIMEOUT
 from .worker import JobSession, Worker, WorkerSummary
+from .worker.eager import EagerRunner
 
 # The composition root: the App facade builds workers without importing the layer above it.
 App.worker_class = Worker
+App.eager_runner_class = EagerRunner
 
 __version__ = "0.1.0"
 
@@ -37,8 +41,10 @@ __all__ = [
     "ConfigurationError",
     "DatabaseUnavailableError",
     "DbqueueError",
+    "EagerJobError",
     "DeadSubscriber",
     "Job",
+    "JobCancelledError",
     "JobSession",
     "JobTimeoutError",
     "MalformedPayload",

@@ -49,6 +49,7 @@ _MAINTENANCE_COLUMNS = frozenset(("routine", "last_tick", "runs", "result"))
 _VERSION_COLUMNS = frozenset(("version_num",))
 _PERIODIC_COLUMNS = frozenset(("name", "tick", "job_id"))  # since 0004
 _SLOTS_COLUMNS = frozenset(("queue", "slot", "job_id", "taken_at"))  # since 0004
+_CANCELS_COLUMNS = frozenset(("id", "job_id", "requested_at"))  # since 0004
 
 
 # ---- autogenerate ----------------------------------------------------------------------------
@@ -65,6 +66,8 @@ def is_dbqueue_table(table: sa.Table) -> bool:
     if table.name.endswith("_periodic") and columns >= _PERIODIC_COLUMNS:
         return True
     if table.name.endswith("_slots") and columns >= _SLOTS_COLUMNS:
+        return True
+    if table.name.endswith("_cancels") and columns >= _CANCELS_COLUMNS:
         return True
     return table.name.endswith("_alembic") and columns == _VERSION_COLUMNS
 

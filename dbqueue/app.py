@@ -12,6 +12,7 @@ from typing_extensions import Unpack
 
 from . import maintenance, migrate, publishing
 from . import payload as payload_codec
+from .cancel_api import CancelAPI
 from .client import (
     EnqueueOptions,
     Target,
@@ -21,6 +22,7 @@ from .client import (
     write_target,
 )
 from .config import Settings
+from .eager import EagerMode, check_flag
 from .errors import ConfigurationError
 from .job import Status
 from .monitoring import QueueSummary
@@ -47,7 +49,7 @@ def _from_context(name: str, doc: str) -> Any:
     return property(lambda app: getattr(app.context, name), doc=doc)
 
 
-class App(HandlerRegistration, PeriodicRegistration):
+class App(EagerMode, HandlerRegistration, CancelAPI, PeriodicRegistration):
     """A queue: where its tables live, which tasks it knows, and how to enqueue and consume.
 
     ``App("postgresql+psycopg2://…")`` or ``App(engine)``; with no argument the URL comes from
@@ -77,6 +79,8 @@ class App(HandlerRegistration, PeriodicRegistration):
         max_payload_bytes: int | None = None,
         lock_server: str | None = None,
         webhook_timeout: float | None = None,
+        eager: bool | None = None,
+        eager_raise: bool | None = None,
         settings: Settings | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
@@ -99,6 +103,8 @@ class App(HandlerRegistration, PeriodicRegistration):
             lock_server=lock_server,
             notify_server=lock_server,
             webhook_timeout=webhook_timeout,
+            eager=check_flag("eager", eager),
+            eager_raise=check_flag("eager_raise", eager_raise),
         )
         engine = url if isinstance(url, Engine) else None
         self._use(RuntimeContext(merged, engine=engine, backoff=backoff, environ=environ))
@@ -162,7 +168,7 @@ class App(HandlerRegistration, PeriodicRegistration):
         job = job_for_task(self.context, task, payload, options)
         with connection_for(self._target(target)) as conn:
             job_id = self.context.queue_engine(conn).insert(conn, job)
-        self._waker.after_commit(target, [job.queue])
+        self._enqueued(target, [job.queue], [job_id])
         return job_id
 
     def enqueue_many(self, target: Target | None, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -181,8 +187,8 @@ class App(HandlerRegistration, PeriodicRegistration):
         if not built:
             return []
         with connection_for(self._target(target)) as conn:
-            ids = self.context.queue_engine(conn).insert_many(conn, built)
-        self._waker.after_commit(target, [job.queue for job in built])
+            ids = self.context.queue_engine(conn).insert_many(conn, built, need_ids=self.eager)
+        self._enqueued(target, [job.queue for job in built], ids)
         return ids
 
     def publish(
@@ -225,11 +231,11 @@ class App(HandlerRegistration, PeriodicRegistration):
     ) -> int:
         check_option_names("publish_webhook" if webhooks_only else "publish", options)
         with connection_for(write_target(self._target(target))) as conn:
-            publication_id, queues = publishing.publish(
-                self.context, conn, topic, payload, options, webhooks_only
+            publication_id, queues, ids = publishing.publish(
+                self.context, conn, topic, payload, options, webhooks_only, need_ids=self.eager
             )
         if queues:
-            self._waker.after_commit(target, queues)
+            self._enqueued(target, queues, ids)
         return publication_id
 
     # ---- subscriptions ------------------------------------------------------------------------

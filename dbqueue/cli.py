@@ -1,4 +1,5 @@
-"""``dbqueue`` command line: worker, migrate, enqueue, stats, dead, subscriptions, server."""
+"""``dbqueue`` command line: worker, migrate, enqueue, stats, dead, subscriptions, server,
+cancel."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import sqlalchemy as sa
 
 from . import logs
 from .app import App
+from .cancellation import NOT_FOUND
 from .config import (
     DATABASE_VARIABLES,
     DEFAULT_SQLITE_FILE,
@@ -31,7 +33,7 @@ from .config import (
 from .dialects import resolve_url
 from .errors import ConfigurationError, DatabaseUnavailableError, DbqueueError
 from .monitoring import STATUS_KEYS
-from .pubsub import Subscription, parse_header, redact_headers, redact_url
+from .pubsub import PUBLICATION_MARKER, Subscription, parse_header, redact_headers, redact_url
 
 #: Where the chosen log format is kept in click's context, for commands that print to stderr.
 LOG_FORMAT = "dbqueue.log_format"
@@ -728,6 +730,50 @@ def subscriptions_remove(app: App, subscription_id: str) -> None:
     """Delete a subscription (its pending webhook deliveries fail their attempts)."""
     sub = app.remove_subscription(None, subscription_id)
     click.echo(f"removed subscription {sub.id} (topic {sub.topic})")
+
+
+# ---- cancellation ------------------------------------------------------------------------------
+def _print_cancelled(report: dict[int, str], as_json: bool) -> None:
+    """One line per job (or a JSON object); exit 1 naming the ids that are no job."""
+    if as_json:
+        click.echo(json.dumps({str(job_id): said for job_id, said in report.items()}, indent=2))
+    else:
+        for job_id, said in report.items():
+            click.echo(f"job {job_id}: {said}")
+    missing = [str(job_id) for job_id, said in report.items() if said == NOT_FOUND]
+    if missing:
+        raise click.ClickException(
+            f"no such job: {' '.join(missing)} (finished jobs are purged after the retention "
+            "period)"
+        )
+
+
+@cli.command()
+@database_options
+@click.argument("ids", nargs=-1, type=int, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def cancel(app: App, ids: tuple[int, ...], as_json: bool) -> None:
+    """Cancel jobs: waiting ones at once, running ones by request (their worker stops them
+    within about a second); finished ones are left as they are. One line per job."""
+    _print_cancelled(app.cancel(ids), as_json)
+
+
+@cli.command("cancel-publication")
+@database_options
+@click.argument("publication_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def cancel_publication(app: App, publication_id: int, as_json: bool) -> None:
+    """Cancel every delivery of a publication (its id, as `publish` returned it)."""
+    report = app.cancel_publication(publication_id)
+    if not report:
+        record = app.get_job(publication_id)
+        if record is None or record["subscription_id"] != PUBLICATION_MARKER:
+            raise ConfigurationError(
+                f"no publication {publication_id}: give the id `publish` returned (the "
+                "publication's own row, whose subscription_id is '*')"
+            )
+        click.echo(f"publication {publication_id} has no deliveries")
+    _print_cancelled(report, as_json)
 
 
 @cli.group()

@@ -99,6 +99,11 @@ def _execute(conn: Connection, sql: str, parameters: Any) -> Any:
     """
     if _CURSOR_EXECUTE is None:
         return _ResultCursor(conn.exec_driver_sql(sql, parameters))
+    if not conn.in_transaction():
+        # What SQLAlchemy's own execute does first (autobegin), and its cursor path does not:
+        # without it, an enqueue on a Connection that has not begun a transaction would run
+        # outside any the Connection knows of, and ``conn.commit()`` would not commit it.
+        conn.begin()
     cursor = conn.connection.cursor()
     try:
         _CURSOR_EXECUTE(conn, cursor, sql, parameters)

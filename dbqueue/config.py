@@ -108,6 +108,10 @@ class Settings:
     webhook_timeout: float | None = None  # seconds; the seed's DEFAULT_WEBHOOK_TIMEOUT
     job_timeout: float | None = None  # seconds a job may run unless its task says otherwise
     log_jobs: bool = False  # one INFO line per finished job (logger dbqueue.jobs)
+    # Eager mode: run each job in the enqueuing process when its transaction commits (tests,
+    # development); eager_raise: a job that dies there raises EagerJobError to the caller.
+    eager: bool = False
+    eager_raise: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -132,6 +136,12 @@ class Settings:
             values["log_debug"] = parse_bool(v, "LOG_DEBUG")
         if (v := env_first(env, "DBQUEUE_LOG_JOBS")) is not None:
             values["log_jobs"] = parse_bool(v, "DBQUEUE_LOG_JOBS")
+        for attribute, variable in (
+            ("eager", "DBQUEUE_EAGER"),
+            ("eager_raise", "DBQUEUE_EAGER_RAISE"),
+        ):
+            if (v := env_first(env, variable)) is not None:
+                values[attribute] = parse_bool(v, variable)
         for attribute, (variable, kind) in _NUMBERS.items():
             if (v := env_first(env, variable)) is not None:
                 values[attribute] = parse_number(v, variable, kind, minimum=0)

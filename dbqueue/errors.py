@@ -40,6 +40,12 @@ class JobTimeoutError(DbqueueError):
     """A handler ran past its task's timeout."""
 
 
+class JobCancelledError(DbqueueError):
+    """A running job was cancelled (``app.cancel``): raised in its handler's thread by the
+    worker when the handler did not stop by itself soon after ``job.cancel_requested()``
+    turned true. The job ends ``cancelled``, its writes rolled back; it is not retried."""
+
+
 class DatabaseUnavailableError(DbqueueError):
     """The database cannot be reached or refused the credentials."""
 
@@ -51,3 +57,16 @@ class AttemptFailed(DbqueueError):
     message (status, response excerpt) says everything; a stack trace would only bury it.
     The attempt is retried, then dead-lettered, like any other failure.
     """
+
+
+class EagerJobError(DbqueueError):
+    """Eager mode with ``eager_raise``: a job run at commit died (or could not run here).
+
+    Raised after the enqueuing transaction committed and every job it made has run: the jobs
+    stay recorded as a worker would leave them. ``failures`` holds one dict per job that died
+    (``id``, ``task``, ``status``, ``message``: the last attempt's error and traceback).
+    """
+
+    def __init__(self, message: str, failures: list[dict[str, object]]) -> None:
+        super().__init__(message)
+        self.failures = failures

@@ -81,42 +81,46 @@ class ItemAccess:
             return default
 
 
+#: The jobs table's columns a Job mirrors (a claim selects them as ``ROW_FIELDS``).
+COLUMNS: tuple[str, ...] = (
+    "id",
+    "queue",
+    "task",
+    "payload",
+    "payload_hash",
+    "priority",
+    "status",
+    "run_at",
+    "attempt",
+    "max_attempts",
+    "message",
+    "origin",
+    "destination",
+    "external_key",
+    "tenant",
+    "business_group",
+    "publication_id",
+    "subscription_id",
+    "dead",
+    "live_id",
+    "first_attempt_at",
+    "previous_attempt_at",
+    "previous_status",
+    "previous_message",
+    "created_at",
+    "started_at",
+    "worker_id",
+)
+
+
 class Job(ItemAccess):
     """One claimed job. Attributes mirror the jobs table's columns (see the README).
 
     ``attempt`` is the number of the attempt now running (1 for the first run).
     """
 
-    __slots__ = (
-        "id",
-        "queue",
-        "task",
-        "payload",
-        "payload_hash",
-        "priority",
-        "status",
-        "run_at",
-        "attempt",
-        "max_attempts",
-        "message",
-        "origin",
-        "destination",
-        "external_key",
-        "tenant",
-        "business_group",
-        "publication_id",
-        "subscription_id",
-        "dead",
-        "live_id",
-        "first_attempt_at",
-        "previous_attempt_at",
-        "previous_status",
-        "previous_message",
-        "created_at",
-        "started_at",
-        "worker_id",
-    )
-    ITEM_NAMES = frozenset(__slots__)
+    __slots__ = (*COLUMNS, "_cancel_requested_at")
+    ITEM_NAMES = frozenset(COLUMNS)
     ITEM_ALIASES: ClassVar[Mapping[str, str | Callable[[Job], Any]]] = {}
 
     # The slots' types, for type checkers (bare annotations add no class attribute).
@@ -147,10 +151,25 @@ class Job(ItemAccess):
     created_at: dt.datetime
     started_at: dt.datetime | None
     worker_id: str | None
+    # Not a column: set by the worker when a cancel request reaches this job while it runs
+    # (when it was asked, the database's UTC time); read through cancel_requested().
+    _cancel_requested_at: dt.datetime | None
 
     def __init__(self, **fields: Any) -> None:
-        for name in self.__slots__:
+        for name in COLUMNS:
             setattr(self, name, fields.get(name))
+        self._cancel_requested_at = None
+
+    def cancel_requested(self) -> bool:
+        """Whether ``app.cancel`` asked for this job to stop while it runs.
+
+        A long handler may check it between steps and return (or raise) early: the job then
+        ends ``cancelled`` and its database writes roll back, however the handler ends. One
+        that does not check is stopped by the worker like a timeout (JobCancelledError raised
+        in its thread) a moment later. The worker looks for requests about once a second,
+        only for jobs running longer than that; outside a worker this is always False.
+        """
+        return self._cancel_requested_at is not None
 
     @classmethod
     def from_row(cls, row: Any, attempt_increment: int) -> Job:
@@ -164,20 +183,21 @@ class Job(ItemAccess):
         positional, because building a mapping per row costs more than the rest of a no-op job."""
         job = cls.__new__(cls)
         _fill_from_row(job, row)
+        job._cancel_requested_at = None
         job.attempt = (job.attempt or 0) + attempt_increment
         if type(job.max_attempts) is not int:  # SQLite keeps any text a hand-written row gives
             raise TypeError(f"max_attempts is {job.max_attempts!r}, not a whole number")
         return job
 
     def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {name: getattr(self, name) for name in COLUMNS}
 
     def __repr__(self) -> str:
         return f"<Job {self.id} {self.task!r} queue={self.queue!r} attempt={self.attempt}>"
 
 
 #: The columns a claim selects, in order: every attribute, the claim time last.
-ROW_FIELDS = tuple(name for name in Job.__slots__ if name != "started_at") + ("started_at",)
+ROW_FIELDS = tuple(name for name in COLUMNS if name != "started_at") + ("started_at",)
 
 
 def _row_filler(fields: tuple[str, ...]) -> Callable[[Job, Any], None]:

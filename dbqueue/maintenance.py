@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import dialects
+from . import cancellation, dialects
 from .config import Settings
 from .engine import QueueEngine
 from .errors import ConfigurationError, DbqueueError
@@ -191,7 +191,11 @@ class Maintenance:
             chunks += 1
             if deleted < limit:
                 break
-        result = f"deleted {total} finished jobs older than {days:g} days in {chunks} chunk(s)"
+        with conn.begin():
+            requests = cancellation.forget_ended(self.context, conn)
+        result = f"deleted {total} finished jobs older than {days:g} days in {chunks} chunk(s)" + (
+            f", and the cancel requests of {requests} ended job(s)" if requests else ""
+        )
         ticks = self._purge_periodic_ticks(conn, engine)
         return f"{result}; {ticks} periodic tick(s)" if ticks else result
 

@@ -28,9 +28,11 @@ def publish(
     payload: Any,
     options: Mapping[str, Any],
     webhooks_only: bool,
-) -> tuple[int, list[str]]:
-    """Insert the publication and its deliveries on ``conn``; returns the publication id and
-    the deliveries' queues (to wake once committed)."""
+    need_ids: bool = False,
+) -> tuple[int, list[str], list[int]]:
+    """Insert the publication and its deliveries on ``conn``; returns the publication id, the
+    deliveries' queues (to wake once committed) and their ids (``need_ids``: on every
+    database, see ``insert_many``)."""
     check_task_name(topic)
     explicit = {name: options.get(name) for name in SUBSCRIBER_OPTIONS}
     others = {k: v for k, v in options.items() if k not in SUBSCRIBER_OPTIONS}
@@ -59,9 +61,8 @@ def publish(
         _delivery(context, template, publication_id, subscription_id, explicit)
         for subscription_id in reached
     ]
-    if deliveries:
-        engine.insert_many(conn, deliveries)
-    return publication_id, [delivery.queue for delivery in deliveries]
+    ids = engine.insert_many(conn, deliveries, need_ids=need_ids) if deliveries else []
+    return publication_id, [delivery.queue for delivery in deliveries], ids
 
 
 def _delivery(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import dialects, strategies
+from . import cancellation, dialects, strategies
 from . import payload as payload_codec
 from .config import Settings, redact
 from .engine import QueueEngine
@@ -93,6 +93,7 @@ class RuntimeContext:
         self._engine = engine
         self._lock = threading.Lock()
         self._queue_engines: dict[int, QueueEngine] = {}
+        self._cancel_requests: cancellation.RequestStore | None = None
 
     def reconfigured(self, **overrides: Any) -> RuntimeContext:
         """A context whose settings have these overrides (None: unchanged), sharing this one's
@@ -143,6 +144,13 @@ class RuntimeContext:
             found = QueueEngine(self.tables, dialects.for_sqlalchemy(conn.dialect))
             self._queue_engines[key] = found
         return found
+
+    def cancel_requests(self) -> cancellation.RequestStore:
+        """Where cancel requests for running jobs are kept (see ``dbqueue.cancellation``)."""
+        with self._lock:
+            if self._cancel_requests is None:
+                self._cancel_requests = cancellation.request_store(self)
+            return self._cancel_requests
 
     def check_database(self, engine: Engine) -> dialects.Dialect:
         """Start-up checks: the server answers, suits dbqueue, and has the tables at the

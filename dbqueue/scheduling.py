@@ -40,14 +40,16 @@ from .schema import DEFAULT_PRIORITY
 from .tasks import Handler
 
 if TYPE_CHECKING:
+    from .client import Target
     from .runtime import RuntimeContext
-    from .wakeups import CommitWaker
 
 log = logging.getLogger("dbqueue.periodic")
 
 H = TypeVar("H", bound=Handler)
 #: A deadlock or lock timeout while claiming a tick: try the tick's transaction again.
 TRANSIENT_RETRIES = 3
+#: Told of each job a check enqueued, once committed: (its queue, its id).
+Enqueued = Callable[[str, int], None]
 
 
 class ScheduleOptions(TypedDict, total=False):
@@ -78,7 +80,12 @@ class PeriodicRegistration:
     book, which the workers read."""
 
     context: RuntimeContext
-    _waker: CommitWaker
+
+    if TYPE_CHECKING:  # the App's (EagerMode): wake the workers, or run the jobs in eager mode
+
+        def _enqueued(
+            self, target: Target | None, queues: Sequence[str], ids: Sequence[int]
+        ) -> None: ...
 
     def periodic(
         self,
@@ -150,17 +157,17 @@ class PeriodicRegistration:
 
     def enqueue_periodic(self, now: dt.datetime | None = None) -> list[TickOutcome]:
         """Enqueue the ticks due at ``now`` (default: the time now), as each worker's scheduler
-        does (``catch_up`` applies); returns what was done about each due tick."""
+        does (``catch_up`` applies); returns what was done about each due tick. In eager mode
+        each job then runs here, like any enqueue's."""
         engine = write_target(self.context.engine)
         assert isinstance(engine, Engine)
         when = dt.datetime.now(UTC) if now is None else now.astimezone(UTC)
-        waker = self._waker
         return enqueue_due(
             self.context,
             engine,
             self.schedules(),
             when,
-            lambda queues: waker.after_commit(None, queues),
+            lambda queue, job_id: self._enqueued(None, [queue], [job_id]),
         )
 
     def periodic_status(self) -> list[dict[str, Any]]:
@@ -273,7 +280,7 @@ def enqueue_due(
     engine: Engine,
     schedules: Sequence[Schedule],
     now: dt.datetime,
-    wake: Callable[[Sequence[str]], None] | None = None,
+    enqueued: Enqueued | None = None,
     stopping: Callable[[], bool] = lambda: False,
 ) -> list[TickOutcome]:
     """Read each schedule's last recorded tick (one query), then enqueue its due ticks, oldest
@@ -306,8 +313,8 @@ def enqueue_due(
                 break
             outcomes.append(TickOutcome(schedule.name, tick, job_id))
             _log_outcome(schedule, tick, job_id)
-            if job_id is not None and wake is not None:
-                wake([_queue_of(context, schedule)])
+            if job_id is not None and enqueued is not None:
+                enqueued(_queue_of(context, schedule), job_id)
     if failure is not None:
         raise failure
     return outcomes

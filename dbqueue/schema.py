@@ -84,9 +84,22 @@ class TableNames:
         return f"{self.jobs}_slots"
 
     @property
+    def cancels(self) -> str:
+        """Cancel requests for running jobs, kept off the job's row (which a running batch may
+        hold locked): one row per request, deleted when the job ends."""
+        return f"{self.jobs}_cancels"
+
+    @property
     def all(self) -> tuple[str, ...]:
         """Every queue table's name (not Alembic's version table)."""
-        return (self.jobs, self.maintenance, self.subscriptions, self.periodic, self.slots)
+        return (
+            self.jobs,
+            self.maintenance,
+            self.subscriptions,
+            self.periodic,
+            self.slots,
+            self.cancels,
+        )
 
     @property
     def qualified_jobs(self) -> str:
@@ -106,6 +119,7 @@ class QueueTables:
     subscriptions: sa.Table
     periodic: sa.Table
     slots: sa.Table
+    cancels: sa.Table
 
 
 def _timestamp(name: str, *, server_now: bool = False, nullable: bool = True) -> sa.Column:
@@ -268,6 +282,29 @@ def slots_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
     )
 
 
+def cancels_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
+    """Cancel requests for running jobs (``app.cancel``): the job's own row may be locked by the
+    batch running it, so a request is a row here, which the worker running the job polls.
+    Several requests for one job are harmless (hence a surrogate key, no unique one)."""
+    t = names.cancels
+    table = sa.Table(
+        t,
+        metadata,
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+        sa.Column("job_id", sa.BigInteger(), nullable=False),
+        _timestamp("requested_at", server_now=True, nullable=False),
+        schema=names.schema,
+        **_table_kwargs("cancels"),
+    )
+    sa.Index(f"{t}_job", table.c.job_id)
+    return table
+
+
 @functools.lru_cache(maxsize=64)
 def tables_for(names: TableNames) -> QueueTables:
     metadata = sa.MetaData()
@@ -279,4 +316,5 @@ def tables_for(names: TableNames) -> QueueTables:
         subscriptions=subscriptions_table(metadata, names),
         periodic=periodic_table(metadata, names),
         slots=slots_table(metadata, names),
+        cancels=cancels_table(metadata, names),
     )

@@ -174,6 +174,8 @@ UNKNOWN: dict[tuple[str, ...], list[Unknown]] = {
         ),
     ],
     ("dead", "requeue"): [Unknown(("999999",), ("999999", "not dead", "dbqueue dead list"))],
+    ("cancel",): [Unknown(("999999",), ("no such job: 999999",))],
+    ("cancel-publication",): [Unknown(("999999",), ("no publication 999999", "'*'"))],
     ("enqueue",): [
         Unknown(
             ("cli_nope", "--app", "cli_app:app"),

@@ -1,12 +1,24 @@
-"""``dbqueue subscriptions list|add|update|remove|disable|enable``, run as real processes."""
+"""``dbqueue subscriptions list|add|update|remove|disable|enable``: in this process through
+click's runner (a process per command costs seconds on a loaded machine), and one worker run as a
+real process, the way a user starts it."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
+from support import cli_runner
 from support.http_server import RecordingServer
 from test_cli import one_line_error, run
+
+
+def run_here(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``dbqueue ARGS`` in this process, shaped like a finished process; a traceback fails."""
+    outcome = cli_runner.invoke(list(args), cwd, env)
+    assert outcome.exception is None, (outcome.stderr, outcome.exception)
+    return subprocess.CompletedProcess(args, outcome.exit_code, outcome.stdout, outcome.stderr)
 
 
 @pytest.fixture
@@ -15,7 +27,7 @@ def subs(database, tmp_path):
 
     def invoke(command: str, *args: str):
         options = ["--url", database.url, "--table-prefix", database.prefix]
-        return run("subscriptions", command, *options, *args, cwd=tmp_path)
+        return run_here("subscriptions", command, *options, *args, cwd=tmp_path)
 
     invoke.database = database
     return invoke
@@ -176,11 +188,16 @@ BAD_INPUT = [
 
 def test_bad_input_is_a_one_line_error_and_changes_nothing(tmp_path):
     url = f"sqlite:///{tmp_path / 'subs.db'}"
-    assert run("migrate", "--url", url, cwd=tmp_path).returncode == 0
-    assert run("subscriptions", "add", "dup", "--url", url, "--topic", "t").returncode == 0
+    assert run_here("migrate", "--url", url, cwd=tmp_path).returncode == 0
+    assert (
+        run_here(
+            "subscriptions", "add", "dup", "--url", url, "--topic", "t", cwd=tmp_path
+        ).returncode
+        == 0
+    )
     for args, fragments in BAD_INPUT:
-        result = run("subscriptions", args[0], "--url", url, *args[1:], cwd=tmp_path)
+        result = run_here("subscriptions", args[0], "--url", url, *args[1:], cwd=tmp_path)
         one_line_error(result, *fragments)
-    listed = run("subscriptions", "list", "--url", url, "--json", cwd=tmp_path)
+    listed = run_here("subscriptions", "list", "--url", url, "--json", cwd=tmp_path)
     (dup,) = json.loads(listed.stdout)
     assert (dup["id"], dup["topic"], dup["http_method"], dup["url"]) == ("dup", "t", "POST", None)

@@ -38,7 +38,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # app: the user-facing facade (registration, enqueue/publish, sync and async) and its parts.
     "app": (
         "dbqueue.app",
+        "dbqueue.cancel_api",
         "dbqueue.client",
+        "dbqueue.eager",
         "dbqueue.monitoring",
         "dbqueue.publishing",
         "dbqueue.registration",
@@ -46,7 +48,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.wakeups",
     ),
     # runtime: the runtime context (settings, engines, strategy resolution) and maintenance.
-    "runtime": ("dbqueue.runtime", "dbqueue.maintenance"),
+    "runtime": ("dbqueue.runtime", "dbqueue.maintenance", "dbqueue.cancellation"),
     # engine: the job lifecycle in SQLAlchemy Core, compiled statements, migrations (and their
     # place in an application's own Alembic project), pub/sub.
     "engine": (

@@ -125,6 +125,18 @@ class Dialect(abc.ABC):
         every lock it holds is released. False when this database offers no way to."""
         return False
 
+    # ---- where cancel requests for running jobs go ------------------------------------------
+    @classmethod
+    def side_database_url(cls, url: sa.engine.URL) -> sa.engine.URL | None:
+        """A database of its own for cancel requests, or None: they go in the queue's database.
+
+        A request must never wait for a lock that the running job holds. Row-locking databases
+        keep requests in a table of their own next to the jobs (the job's row may be locked,
+        that table's rows are not); a database with one write lock (SQLite), which the running
+        batch holds until it ends, needs them in another database.
+        """
+        return None
+
     # ---- push wake-ups -------------------------------------------------------------------------
     def notifier(self, engine: Engine, channel: str) -> Notifier:
         """How this database tells idle workers that jobs arrived (default: it cannot)."""

@@ -4,6 +4,7 @@ needs it on that database (each dialect module's engine options and connect-time
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -76,6 +77,16 @@ def _missing_driver(cls: type[Dialect], url: sa.engine.URL, exc: Exception) -> s
     return f"cannot use {url!r}: {problem}; use {usable}:// (the driver dbqueue installs)"
 
 
+#: The pools of the engines made here (an Engine with execution options shares its original's).
+_CONFIGURED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def is_configured(engine: Engine) -> bool:
+    """Whether ``engine`` was made by ``create_engine`` below (so set up the way dbqueue needs
+    it), rather than given by the application."""
+    return engine.pool in _CONFIGURED
+
+
 def create_engine(url: str | sa.engine.URL, **kwargs: Any) -> Engine:
     """A new engine on ``url``'s database, configured the way dbqueue needs it."""
     parsed = parse_url(url) if isinstance(url, str) else url
@@ -90,4 +101,5 @@ def create_engine(url: str | sa.engine.URL, **kwargs: Any) -> Engine:
         raise ConfigurationError(f"cannot create an engine for {parsed!r}: {exc}") from None
     cls.configure_engine(engine)
     quiet_reset_failures(engine)
+    _CONFIGURED.add(engine.pool)
     return engine

@@ -10,6 +10,8 @@ All processes must share one host (WAL needs shared memory).
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,6 +25,8 @@ from .base import WRITE_INTENT, Dialect, registers_schema, seconds_expression
 
 _CLOCK_FORMAT = "%Y-%m-%d %H:%M:%f"  # UTC, the layout SQLAlchemy stores datetimes in
 BUSY_TIMEOUT_MS = 30_000
+#: The file beside the database that holds cancel requests (``side_database_url``).
+SIDE_FILE_SUFFIX = "-dbqueue-cancels"
 
 
 class LenientDateTime(sqlite.DATETIME):
@@ -107,7 +111,14 @@ class SQLiteDialect(Dialect):
             write = connection.get_execution_options().get(WRITE_INTENT)
             # Straight to the driver: a full SQLAlchemy execution here would cost as much as
             # the enqueue's own INSERT.
-            connection.connection.dbapi_connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+            try:
+                connection.connection.dbapi_connection.execute(begin)
+            except sqlite3.Error as exc:
+                # An event's error reaches the caller unwrapped: wrap it as any statement's
+                # would be, so "database is locked" past the busy timeout is handled (retried,
+                # a maintenance tick skipped) like the same error from a statement.
+                raise sa.exc.DBAPIError.instance(begin, None, exc, sqlite3.Error) from exc
 
     def end_connection(self, engine: Engine, dbapi_connection: Any) -> bool:
         # The stuck thread holds SQLite's write lock (BEGIN IMMEDIATE) until its connection
@@ -118,6 +129,14 @@ class SQLiteDialect(Dialect):
         dbapi_connection.interrupt()
         dbapi_connection.close()
         return True
+
+    @classmethod
+    def side_database_url(cls, url: sa.engine.URL) -> sa.engine.URL:
+        # The worker running a batch holds this file's only write lock until the batch ends:
+        # cancel requests live in a file of their own beside it, whose lock is only ever held
+        # for one short write. Absolute, so every process names the same file.
+        path = os.path.abspath(url.database or "")
+        return url.set(database=f"{path}{SIDE_FILE_SUFFIX}")
 
     def is_missing_table(self, exc: BaseException) -> bool:
         return "no such table" in str(getattr(exc, "orig", exc))

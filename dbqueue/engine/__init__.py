@@ -1,4 +1,5 @@
-"""The job lifecycle in SQLAlchemy Core: insert, claim query, complete, fail, dead-letter, admin.
+"""The job lifecycle in SQLAlchemy Core: insert, claim query, complete, fail, dead-letter, cancel,
+admin.
 
 One QueueEngine serves one set of queue tables on one database. Every statement it builds is the
 same on every database; what differs (the clock, column types) comes from the Dialect, and how a
@@ -6,13 +7,14 @@ claim is made exclusive comes from the strategy, which calls ``runnable()``. Not
 database's name.
 
 The engine is one interface made of small parts, each a class on the shared EngineBase (tables,
-dialect, statement cache): inserts, claims, outcomes, queries, housekeeping, periodic ticks.
-They are combined by inheritance rather than delegation so that a hot-path call costs what it
-did in one class.
+dialect, statement cache): inserts, claims, outcomes, queries, housekeeping, cancels,
+periodic ticks. They are combined by inheritance rather than delegation so that a hot-path
+call costs what it did in one class.
 """
 
 from __future__ import annotations
 
+from .cancels import CancelRequestRows, Cancels
 from .claims import Claims
 from .housekeeping import Housekeeping
 from .inserts import Inserts
@@ -21,8 +23,8 @@ from .periodic import PeriodicTicks
 from .queries import Queries
 from .records import FailResult, NewJob, QueueStats, truncate
 
-__all__ = ["FailResult", "NewJob", "QueueEngine", "QueueStats", "truncate"]
+__all__ = ["CancelRequestRows", "FailResult", "NewJob", "QueueEngine", "QueueStats", "truncate"]
 
 
-class QueueEngine(Outcomes, Inserts, Claims, Queries, Housekeeping, PeriodicTicks):
+class QueueEngine(Outcomes, Inserts, Claims, Queries, Housekeeping, Cancels, PeriodicTicks):
     """Every job-lifecycle statement on one set of queue tables of one database."""

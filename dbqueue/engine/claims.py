@@ -64,6 +64,21 @@ class Claims(EngineBase):
                     raise
         return []
 
+    def waiting(self, ids: Sequence[int]) -> sa.Select:
+        """These jobs, if they are still waiting (``available``), whatever their run_at, in
+        claim order: eager mode's claim, which strategies lock their own way like
+        ``runnable()``. It runs a job as its enqueue commits, and a retry at once."""
+        j = self.jobs
+        return (
+            sa.select(*self._claim_columns(), self.db_now().label("started_at"))
+            .where(j.c.id.in_(list(ids)), self.dialect.unindexed(j.c.status) == Status.AVAILABLE)
+            .order_by(*self._claim_order)
+        )
+
+    def fetch_waiting(self, conn: Connection, stmt: sa.Select, attempt_increment: int) -> list[Job]:
+        """Execute a claim built on ``waiting()`` and turn its rows into Jobs."""
+        return [Job.from_tuple(row, attempt_increment) for row in conn.execute(stmt)]
+
     def set_aside_unreadable(self, conn: Connection, ids: Sequence[int]) -> int:
         """Mark dead, with a message, those of ``ids`` whose rows cannot make a Job."""
         j = self.jobs
@@ -103,17 +118,21 @@ class Claims(EngineBase):
         )
         return list(conn.execute(stmt).scalars())
 
-    def claim_ids(self, conn: Connection, ids: Sequence[int], worker_id: str) -> list[Job]:
+    def claim_ids(
+        self, conn: Connection, ids: Sequence[int], worker_id: str, due_only: bool = True
+    ) -> list[Job]:
         """Mark jobs whose locks the caller holds as running, counting the attempt, and return
-        those still runnable (another worker may have finished one since it was listed)."""
+        those still runnable (another worker may have finished one since it was listed).
+        ``due_only=False``: whatever their run_at (eager mode's claim, see ``waiting()``)."""
         j = self.jobs
         now = self.dialect.now()
+        due = [j.c.run_at <= now] if due_only else []
         stmt = (
             sa.update(j)
             .where(
                 j.c.id.in_(ids),
                 self.dialect.unindexed(j.c.status) == Status.AVAILABLE,
-                j.c.run_at <= now,
+                *due,
             )
             .values(
                 status=Status.RUNNING,

@@ -93,10 +93,13 @@ class Inserts(EngineBase):
             result = conn.execute(stmt)
         return int(result.inserted_primary_key[0])
 
-    def insert_many(self, conn: Connection, jobs: Sequence[NewJob]) -> list[int]:
+    def insert_many(
+        self, conn: Connection, jobs: Sequence[NewJob], need_ids: bool = False
+    ) -> list[int]:
         """Insert with one multi-row statement per timing kind (usually just one); ids come back
         in the order of ``jobs``. On databases whose INSERT cannot return ids (MySQL 8,
-        SingleStore) the list is empty.
+        SingleStore) the list is empty, unless ``need_ids`` (eager mode runs the jobs by id):
+        then each job gets an INSERT of its own there.
 
         Ids are matched to rows by sorting: within one multi-row INSERT every supported database
         assigns ascending ids in VALUES order (a sequence/auto-increment is drawn row by row).
@@ -112,6 +115,8 @@ class Inserts(EngineBase):
             and conn.dialect.insert_returning
             and conn.dialect.insert_executemany_returning
         )
+        if need_ids and not returning:
+            return [self.insert(conn, job) for job in jobs]
         for timing, indexes in groups.items():
             rows = [jobs[i].values() for i in indexes]
             if timing != "delay" and returning and len(rows) > 1:

@@ -79,6 +79,24 @@ class LockClaimStrategy(ClaimStrategy):
         self.locks.release(conn, [names[i] for i in gone])
         return jobs
 
+    def claim_ids(
+        self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
+    ) -> list[Job]:
+        namespace = engine.tables.names.qualified_jobs
+        names = {job_id: job_lock_name(namespace, job_id) for job_id in ids}
+        held: list[str] = []
+        try:
+            with conn.begin():
+                taken = self.locks.try_acquire(conn, list(names.values()))
+                locked = [job_id for job_id, ok in zip(ids, taken, strict=True) if ok]
+                held = [names[i] for i in locked]
+                jobs = engine.claim_ids(conn, locked, worker_id, due_only=False) if locked else []
+        except BaseException:
+            self._let_go(conn, held)  # as in claim(): rescue retries what was marked running
+            raise
+        self.locks.release(conn, [names[i] for i in set(locked) - {job.id for job in jobs}])
+        return jobs
+
     def _let_go(self, conn: Connection, names: list[str]) -> None:
         try:
             self.locks.release(conn, names)

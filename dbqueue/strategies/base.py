@@ -48,6 +48,14 @@ class ClaimStrategy(abc.ABC):
         commit their claim before returning.
         """
 
+    @abc.abstractmethod
+    def claim_ids(
+        self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
+    ) -> list[Job]:
+        """Claim those of these jobs that still wait, whatever their run_at, made exclusive
+        the way ``claim`` is (so a worker cannot take them too): eager mode runs a job by id
+        when its enqueue commits. Same transaction rules as ``claim``."""
+
     def release(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
         """Give up whatever external locks the claim took (after the batch committed)."""
 

@@ -40,3 +40,9 @@ class SkipLockedStrategy(ClaimStrategy):
             "claim:skip_locked", lambda: engine.runnable().with_for_update(skip_locked=True)
         )
         return engine.fetch_jobs(conn, stmt, queue, limit, self.attempt_increment)
+
+    def claim_ids(
+        self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
+    ) -> list[Job]:
+        stmt = engine.waiting(ids).with_for_update(skip_locked=True)
+        return engine.fetch_waiting(conn, stmt, self.attempt_increment)

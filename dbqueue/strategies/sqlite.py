@@ -38,3 +38,8 @@ class SQLiteStrategy(ClaimStrategy):
         self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
     ) -> list[Job]:
         return engine.fetch_jobs(conn, engine.runnable(), queue, limit, self.attempt_increment)
+
+    def claim_ids(
+        self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
+    ) -> list[Job]:
+        return engine.fetch_waiting(conn, engine.waiting(ids), self.attempt_increment)

@@ -22,14 +22,14 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from ..engine import QueueEngine
-from ..errors import AttemptFailed, DbqueueError, JobTimeoutError
+from ..errors import AttemptFailed, DbqueueError, JobCancelledError, JobTimeoutError
 from ..job import Job, MalformedPayload
 from ..runtime import RuntimeContext
 from ..strategies import ClaimStrategy
 from ..tasks import Handler
 from .joblog import JobLog
 from .session import JobSession
-from .watchdog import Abandoned, HandlerTimeout, Slot, Watchdog
+from .watchdog import Abandoned, HandlerCancelled, HandlerTimeout, Slot, Watchdog
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -39,12 +39,15 @@ class BatchResult:
     succeeded: int = 0
     failed: int = 0
     skipped: int = 0
+    cancelled: int = 0
 
 
 @dataclass(frozen=True)
 class Outcome:
     ok: bool
     message: str | None
+    #: The job was cancelled on request: recorded ``cancelled``, not as a failed attempt.
+    cancelled: bool = False
 
 
 @dataclass
@@ -64,9 +67,14 @@ class ClaimLostError(DbqueueError):
 class _HandlerFailed(Exception):
     """Without savepoints a failed handler's writes go only with the whole transaction."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, cancelled: bool = False) -> None:
         super().__init__(message)
         self.message = message
+        self.cancelled = cancelled
+
+
+class _Cancelled(JobCancelledError):
+    """The job's cancel request was delivered: whatever its handler did, it ends cancelled."""
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -74,6 +82,12 @@ def describe_failure(exc: BaseException) -> str:
     head = f"{type(exc).__name__}: {exc}".rstrip(": ")
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=20))
     return f"{head}\n{trace}"
+
+
+def cancel_message(job: Job, ran: bool = True) -> str:
+    asked = job._cancel_requested_at
+    when = f" (asked at {asked:%Y-%m-%d %H:%M:%S} UTC)" if asked is not None else ""
+    return f"cancelled on request{when} {'while running' if ran else 'before its handler started'}"
 
 
 def timeout_message(job: Job, timeout: float) -> str:
@@ -102,8 +116,11 @@ class BatchExecutor:
         self.webhooks = context.webhooks
         self.strategy = strategy
         self.worker_id = worker_id
+        #: Where this queue's cancel requests are (the one a cancelled job's is deleted from).
+        self.cancel_requests = context.cancel_requests()
         self.savepoints = strategy.dialect.supports_savepoints
-        #: Set when timeouts apply in this worker: the handler runs watched (in-memory only).
+        #: Set in a Worker: the handler runs watched, for timeouts and cancel requests (in
+        #: memory only).
         self.watchdog = watchdog
         self.slot = slot
         self.default_timeout = default_timeout
@@ -175,19 +192,21 @@ class BatchExecutor:
                         self._watch(conn, [job])
                         outcome = self.run_job(JobSession(conn, savepoint=False), job)
                         if not outcome.ok:
-                            raise _HandlerFailed(outcome.message or "failed")
+                            raise _HandlerFailed(outcome.message or "failed", outcome.cancelled)
                         done = [(job, outcome.message)]
                         changed = self._complete(conn, engine, done, claimed_by=self.worker_id)
                         self._check_still_ours(conn, engine, [job], changed)
                     result.succeeded += 1
                     self.log_committed()
                 except _HandlerFailed as failed:
+                    record = self.record_cancelled if failed.cancelled else self.record_failure
                     with conn.begin():
-                        recorded = self.record_failure(
-                            conn, engine, job, failed.message, claimed_by=self.worker_id
-                        )
+                        recorded = record(conn, engine, job, failed.message, self.worker_id)
                         self._check_still_ours(conn, engine, [job], recorded)
-                    result.failed += 1
+                    if failed.cancelled:
+                        result.cancelled += 1
+                    else:
+                        result.failed += 1
                     self.log_committed()
             except ClaimLostError as lost:
                 self._lost(conn, engine, [job], lost)
@@ -256,6 +275,10 @@ class BatchExecutor:
             if outcome.ok:
                 ran.done.append((job, outcome.message))
                 ran.result.succeeded += 1
+            elif outcome.cancelled:
+                message = outcome.message or "cancelled"
+                ran.changed += self.record_cancelled(conn, engine, job, message, claimed_by)
+                ran.result.cancelled += 1
             else:
                 ran.changed += self.record_failure(
                     conn, engine, job, outcome.message or "failed", claimed_by=claimed_by
@@ -303,13 +326,11 @@ class BatchExecutor:
                 f"{job.payload.error}; the row was probably written by hand: fix its payload "
                 "column and requeue it",
             )
-        timeout = None
-        if self.watchdog is not None:
-            timeout = (definition.timeout if definition else None) or self.default_timeout
         try:
-            if timeout is None:
+            if self.watchdog is None:
                 value = handler(job, session)
             else:
+                timeout = (definition.timeout if definition else None) or self.default_timeout
                 value = self._run_watched(handler, job, session, timeout)
             if inspect.isawaitable(value):
                 _close(value)
@@ -321,6 +342,9 @@ class BatchExecutor:
             session.keep()
         except Abandoned:
             raise
+        except _Cancelled as exc:  # whatever the handler did, its writes go
+            session.discard()
+            return Outcome(False, str(exc), cancelled=True)
         except AttemptFailed as exc:  # an expected failure whose message says it all
             session.discard()
             return Outcome(False, str(exc))
@@ -337,13 +361,17 @@ class BatchExecutor:
             return Outcome(False, describe_failure(exc))
         return Outcome(True, None if value is None else str(value))
 
-    def _run_watched(self, handler: Handler, job: Job, session: JobSession, timeout: float) -> Any:
-        """Run the handler with the watchdog armed; a timeout becomes JobTimeoutError."""
+    def _run_watched(
+        self, handler: Handler, job: Job, session: JobSession, timeout: float | None
+    ) -> Any:
+        """Run the handler with the watchdog armed; a timeout becomes JobTimeoutError, and a
+        cancel request that reached the job (``job.cancel_requested()``) _Cancelled."""
         watchdog, slot = self.watchdog, self.slot
         assert watchdog is not None and slot is not None
         error: BaseException | None = None
         value = None
-        watchdog.arm(slot, job, timeout)
+        if not watchdog.arm(slot, job, timeout):
+            raise _Cancelled(cancel_message(job, ran=False))
         try:
             try:
                 value = handler(job, session)
@@ -351,16 +379,55 @@ class BatchExecutor:
                 error = exc
             finally:
                 fired = watchdog.disarm(slot)
-        except HandlerTimeout:  # delivered after the handler returned, before disarm cancelled it
-            fired = watchdog.disarm(slot)
+        except (HandlerTimeout, HandlerCancelled):  # arrived after the handler returned, before
+            fired = watchdog.disarm(slot)  # disarm cancelled it
         if slot.abandoned:
             raise Abandoned
+        if job._cancel_requested_at is not None:
+            cause = None if isinstance(error, HandlerCancelled) else error
+            raise _Cancelled(
+                f"{cancel_message(job)}: its database writes were rolled back"
+            ) from cause
         if fired:
+            assert timeout is not None
             cause = error if error is not None and not isinstance(error, HandlerTimeout) else None
             raise JobTimeoutError(timeout_message(job, timeout)) from (cause or error)
         if error is not None:
             raise error
         return value
+
+    def record_cancelled(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        job: Job,
+        message: str,
+        claimed_by: str | None = None,
+        guarded: bool = False,
+    ) -> int:
+        """Record a job stopped on request as cancelled (no retry, no dead handler) and delete
+        its requests; returns the rows changed (0: not ours). ``guarded`` as for failures."""
+        changed = engine.cancel_running(
+            conn,
+            job,
+            message,
+            requested_at=job._cancel_requested_at,
+            attempt_increment=self.strategy.attempt_increment,
+            expected_status=self.strategy.claimed_status,
+            worker_id=self.worker_id,
+            claimed_by=claimed_by,
+            same_attempt=guarded,
+        )
+        if changed:
+            self.cancel_requests.drop(conn, [job.id])
+            log.warning(
+                "job %s (%s) cancelled at attempt %s: %s",
+                job.id,
+                job.task,
+                job.attempt,
+                message.splitlines()[0],
+            )
+        return changed
 
     def record_failure(
         self,

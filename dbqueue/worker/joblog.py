@@ -61,7 +61,10 @@ class JobLogWriter:
                     self._emit(job, ok, seconds)
 
     def _emit(self, job: Job, ok: bool, seconds: float) -> None:
-        outcome = "succeeded" if ok else self._failure(job)
+        if ok:
+            outcome = "succeeded"
+        else:  # a job stopped by a cancel request knows it was asked
+            outcome = "cancelled" if job.cancel_requested() else self._failure(job)
         duration_ms = round(seconds * 1000, 3)
         fields = {
             "task": job.task,

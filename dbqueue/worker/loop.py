@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 from ..errors import SchemaMissingError
 from ..lockserver.client import LockServerUnavailableError
 from ..wakeup import Notifier, WakeSignal
+from .claimed import claim_and_run
 from .executor import BatchExecutor, BatchResult
 from .joblog import JobLog, JobLogWriter
 from .process import discard as _discard
@@ -216,39 +217,22 @@ class ClaimLoop:
                 committed = True
             finally:
                 self._settle(limit, result if committed else None)
-            claimed += result.succeeded + result.failed if result else 0
+            claimed += result.succeeded + result.failed + result.cancelled if result else 0
         self.summary.rounds += 1
         return claimed, time.monotonic() - started
 
     def _claim_and_run(
         self, conn: Connection, executor: BatchExecutor, engine: Any, queue: str, limit: int
     ) -> BatchResult | None:
-        assert self.strategy is not None
-        worker_id = executor.worker_id
-        if self.strategy.claims_in_transaction:
-            with conn.begin():
-                jobs = self.strategy.claim(conn, engine, queue, limit, worker_id)
-                if not jobs:
-                    return None
-                done = executor.execute(conn, engine, jobs, lambda: self.stopping)
-            executor.log_committed()
-            return done
-        jobs = self.strategy.claim(conn, engine, queue, limit, worker_id)  # commits 'running'
-        if not jobs:
-            return None
-        try:
-            result = executor.execute_committed(conn, engine, jobs, lambda: self.stopping)
-        except Abandoned:
-            raise  # the watchdog recorded the outcome; this thread writes nothing more
-        except BaseException:
-            executor.give_back(conn, engine, jobs)
-            try:
-                self.strategy.release(conn, engine, jobs)
-            except Exception:  # the original error says more; rescue frees what is left
-                log.debug("releasing the locks of a failed batch failed", exc_info=True)
-            raise
-        self.strategy.release(conn, engine, jobs)
-        return result
+        strategy = self.strategy
+        assert strategy is not None
+        return claim_and_run(
+            executor,
+            conn,
+            engine,
+            lambda: strategy.claim(conn, engine, queue, limit, executor.worker_id),
+            lambda: self.stopping,
+        )
 
     # ---- helpers ------------------------------------------------------------------------------
     def _after_error(self, exc: Exception, failures: int, lost: bool = False) -> None:
@@ -299,3 +283,4 @@ class ClaimLoop:
             if result is not None:
                 self.summary.succeeded += result.succeeded
                 self.summary.failed += result.failed
+                self.summary.cancelled += result.cancelled

@@ -1,5 +1,6 @@
-"""When a handler stays blocked past its timeout: end its thread's database connection (its
-transaction rolls back, its claim is freed), record the timed-out attempt, replace the thread."""
+"""When a handler stays blocked past its timeout (or a cancel request): end its thread's database
+connection (its transaction rolls back, its claim is freed), record the timed-out attempt (or
+the cancelled job), replace the thread."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from sqlalchemy.engine import Engine
 
 from ..job import Job
 from ..wakeup import WakeSignal
-from .executor import BatchExecutor, timeout_message
+from .executor import BatchExecutor, cancel_message, timeout_message
 from .process import first_line as _first_line
-from .watchdog import Slot
+from .watchdog import CANCEL, Slot
 
 if TYPE_CHECKING:
     from ..runtime import RuntimeContext
@@ -50,13 +51,14 @@ class AbandonedThreads:
         job = slot.job
         assert job is not None
         log.error(
-            "job %s (%s) is still running %.1fs after its %.1fs timeout, blocked where "
-            "JobTimeoutError cannot reach it (C code: a sleep, a socket read, a lock): "
-            "abandoning thread %d, ending its database connection, starting a replacement",
+            "job %s (%s) is still running %.1fs after %s, blocked where %s cannot reach it "
+            "(C code: a sleep, a socket read, a lock): abandoning thread %d, ending its database "
+            "connection, starting a replacement",
             job.id,
             job.task,
             self.timeout_grace,
-            slot.timeout,
+            "its cancel request" if slot.reason == CANCEL else f"its {slot.timeout:.1f}s timeout",
+            "JobCancelledError" if slot.reason == CANCEL else "JobTimeoutError",
             slot.index,
         )
         with self._lock:
@@ -89,12 +91,17 @@ class AbandonedThreads:
     def _record_abandoned(self, slot: Slot, job: Job) -> None:
         assert self._engine is not None and self.strategy is not None
         executor = BatchExecutor(self.context, self.strategy, f"{self.name}:watchdog")
+        cancelled = slot.reason == CANCEL
+        what = cancel_message(job) if cancelled else timeout_message(job, slot.timeout)
         message = (
-            f"{timeout_message(job, slot.timeout)}; it did not stop within "
-            f"{self.timeout_grace!r} s more (blocked in C code), so its thread was abandoned and "
-            "its database connection ended: its database writes were rolled back, but work "
-            "outside the database may still happen if the blocked code resumes"
+            f"{what}; it did not stop within {self.timeout_grace!r} s more (blocked in C code), "
+            "so its thread was abandoned and its database connection ended: its database "
+            "writes were rolled back, but work outside the database may still happen if the "
+            "blocked code resumes"
         )
+        if not cancelled:
+            message = f"JobTimeoutError: {message}"
+        record = executor.record_cancelled if cancelled else executor.record_failure
         worker_id = f"{self.name}:{slot.index}"
         others = [other for other in slot.batch if other is not job]
         for attempt in range(5):
@@ -103,11 +110,11 @@ class AbandonedThreads:
                     engine = self.context.queue_engine(conn)
                     committed = not self.strategy.claims_in_transaction
                     with conn.begin():
-                        executor.record_failure(
+                        record(
                             conn,
                             engine,
                             job,
-                            f"JobTimeoutError: {message}",
+                            message,
                             claimed_by=worker_id if committed else None,
                             guarded=True,
                         )
@@ -121,4 +128,7 @@ class AbandonedThreads:
                 log.warning("recording the timed-out job failed (%s); retrying", _first_line(exc))
                 time.sleep(0.5 * (attempt + 1))
         with self._lock:
-            self.summary.failed += 1
+            if cancelled:
+                self.summary.cancelled += 1
+            else:
+                self.summary.failed += 1

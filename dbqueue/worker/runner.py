@@ -21,12 +21,13 @@ from ..pubsub import subscription_problems
 from ..runtime import RuntimeContext
 from ..wakeup import Notifier, WakeSignal
 from ..wakeups import CommitWaker
+from .cancels import CancelPoller
 from .joblog import JobLogWriter
 from .loop import ClaimLoop
 from .process import SignalHandlers, positive_int, positive_seconds
 from .recovery import AbandonedThreads
 from .scheduler import Scheduler
-from .watchdog import DEFAULT_TIMEOUT_GRACE, Slot, Watchdog
+from .watchdog import CANCEL_NOTICE, DEFAULT_TIMEOUT_GRACE, Slot, Watchdog
 
 if TYPE_CHECKING:
     from ..strategies import ClaimStrategy
@@ -49,6 +50,8 @@ SUPERVISE_INTERVAL = 0.2
 class WorkerSummary:
     succeeded: int = 0
     failed: int = 0
+    #: jobs stopped by a cancel request while they ran (``app.cancel``)
+    cancelled: int = 0
     rounds: int = 0
     reconnects: int = 0
     #: threads given up because a handler stayed blocked past its timeout (each was replaced)
@@ -57,7 +60,7 @@ class WorkerSummary:
 
     @property
     def processed(self) -> int:
-        return self.succeeded + self.failed
+        return self.succeeded + self.failed + self.cancelled
 
 
 class Worker(ClaimLoop, AbandonedThreads):
@@ -75,8 +78,11 @@ class Worker(ClaimLoop, AbandonedThreads):
         ``maintenance_settings``). job_timeout: seconds a job may run unless its task sets
         ``timeout`` (default DBQUEUE_JOB_TIMEOUT, else none); timeout_grace: how long a handler
         that ignores the JobTimeoutError (blocked in C) may stay before its thread is abandoned
-        and replaced. log_jobs: one INFO line per finished job on logger ``dbqueue.jobs``
-        (task, job_id, queue, attempt, outcome, duration_ms; default DBQUEUE_LOG_JOBS, else off).
+        and replaced (also after a cancel request); cancel_notice: how long a handler told of a
+        cancel request (``job.cancel_requested()``) may take to stop by itself before
+        JobCancelledError is raised in its thread (default 1 s). log_jobs: one INFO line per
+        finished job on logger ``dbqueue.jobs`` (task, job_id, queue, attempt, outcome,
+        duration_ms; default DBQUEUE_LOG_JOBS, else off).
         periodic: enqueue the ticks of the App's periodic schedules (one thread; each tick
         exactly once across workers; not in burst mode).
     """
@@ -102,6 +108,7 @@ class Worker(ClaimLoop, AbandonedThreads):
         name: str | None = None,
         job_timeout: float | None = None,
         timeout_grace: float = DEFAULT_TIMEOUT_GRACE,
+        cancel_notice: float = CANCEL_NOTICE,
         log_jobs: bool | None = None,
     ) -> None:
         base = app if isinstance(app, RuntimeContext) else app.context
@@ -127,9 +134,11 @@ class Worker(ClaimLoop, AbandonedThreads):
             "job_timeout", self.settings.job_timeout if job_timeout is None else job_timeout
         )
         self.timeout_grace = positive_seconds("timeout_grace", timeout_grace)
+        self.cancel_notice = positive_seconds("cancel_notice", cancel_notice)
         self.log_jobs = self.settings.log_jobs if log_jobs is None else bool(log_jobs)
         self.job_log_writer: JobLogWriter | None = None
         self.watchdog: Watchdog | None = None
+        self.cancel_poller: CancelPoller | None = None
         self._abandoned: queue_module.SimpleQueue[Slot] = queue_module.SimpleQueue()
         self.summary = WorkerSummary()
         self._stop = threading.Event()
@@ -171,10 +180,10 @@ class Worker(ClaimLoop, AbandonedThreads):
     def run(self) -> WorkerSummary:
         self._engine = self.context.create_engine(
             pool_size=self.concurrency + 2,
-            # Unbounded overflow: a thread abandoned past its timeout keeps its (ended)
-            # connection checked out for as long as it stays blocked, and its replacement
-            # must still get one.
-            max_overflow=-1 if self._uses_timeouts() else 2,
+            # Unbounded overflow: a thread abandoned past its timeout (or a cancel request)
+            # keeps its (ended) connection checked out for as long as it stays blocked, and its
+            # replacement must still get one.
+            max_overflow=-1,
             execution_options={dialects.WRITE_INTENT: True},
         )
         self.context.local_workers.add(self)
@@ -190,10 +199,11 @@ class Worker(ClaimLoop, AbandonedThreads):
         if self._fatal is not None:
             raise self._fatal
         log.info(
-            "worker %s stopped: %d succeeded, %d failed",
+            "worker %s stopped: %d succeeded, %d failed, %d cancelled",
             self.name,
             self.summary.succeeded,
             self.summary.failed,
+            self.summary.cancelled,
         )
         return self.summary
 
@@ -258,7 +268,7 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.context,
             self._engine,
             schedules,
-            lambda queues: waker.after_commit(None, queues),
+            lambda queue, job_id: waker.after_commit(None, [queue]),
         )
         self.scheduler.start()
         log.info("periodic: %s", ", ".join(f"{s.name} ({s.cron})" for s in schedules))
@@ -272,14 +282,16 @@ class Worker(ClaimLoop, AbandonedThreads):
         for problem in subscription_problems(rows, self.context.registry.subscribers()):
             log.warning("%s", problem)
 
-    def _uses_timeouts(self) -> bool:
-        return self.job_timeout is not None or self.context.registry.has_timeouts()
-
     def _supervise(self) -> None:
         """Start the threads and wait for them; replace any the watchdog gave up on."""
-        if self._uses_timeouts():
-            self.watchdog = Watchdog(self.timeout_grace, self._on_stuck)
-            self.watchdog.start()
+        assert self._engine is not None
+        # Always: timeouts, and the cancel requests any running job may get.
+        self.watchdog = Watchdog(self.timeout_grace, self._on_stuck, self.cancel_notice)
+        self.watchdog.start()
+        self.cancel_poller = CancelPoller(
+            self.watchdog, self._engine, self.context.cancel_requests()
+        )
+        self.cancel_poller.start()
         live: dict[int, threading.Thread] = {}
         for index in range(self.concurrency):
             live[index] = self._start_thread(index)
@@ -310,10 +322,13 @@ class Worker(ClaimLoop, AbandonedThreads):
     def _shut_down(self) -> None:
         if self.job_log_writer is not None:
             self.job_log_writer.stop()  # the threads have ended: write their last records
+        if self.cancel_poller is not None:
+            self.cancel_poller.stop()
         if self.watchdog is not None:
             self.watchdog.stop()
         if self.scheduler is not None:
             self.scheduler.stop()
+        self.context.cancel_requests().close()
         if self.maintenance is not None:
             self.maintenance.stop()
         if self.notifier is not None:

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 
 from ..errors import DbqueueError
 from ..periodic import UTC, Schedule
-from ..scheduling import enqueue_due
+from ..scheduling import Enqueued, enqueue_due
 
 if TYPE_CHECKING:
     from ..runtime import RuntimeContext
@@ -40,13 +40,13 @@ class Scheduler:
         context: RuntimeContext,
         engine: Engine,
         schedules: Sequence[Schedule],
-        wake: Callable[[Sequence[str]], None] | None = None,
+        enqueued: Enqueued | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.context = context
         self.engine = engine
         self.schedules = list(schedules)
-        self.wake = wake
+        self.enqueued = enqueued
         self.clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -78,7 +78,7 @@ class Scheduler:
             return
         when = dt.datetime.fromtimestamp(now, UTC)
         try:
-            enqueue_due(self.context, self.engine, due, when, self.wake, self._stop.is_set)
+            enqueue_due(self.context, self.engine, due, when, self.enqueued, self._stop.is_set)
         except Exception as exc:  # the thread must outlive any failure: next try in a second
             self._failed(exc)
             for schedule in due:

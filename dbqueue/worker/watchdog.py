@@ -1,4 +1,4 @@
-"""Per-task timeouts: one watchdog thread per Worker, bookkeeping in memory only.
+"""Per-task timeouts and cancellation: one watchdog thread per Worker, bookkeeping in memory only.
 
 Python cannot kill a thread. When a handler runs past its timeout the watchdog first raises
 ``JobTimeoutError`` inside the handler's thread (``PyThreadState_SetAsyncExc``): pure-Python code
@@ -8,20 +8,27 @@ read, a lock) never sees that exception. If the handler is still there after a g
 watchdog gives the thread up: it marks it abandoned (an abandoned thread never writes again), and
 the Worker ends the thread's database connection from outside, records the timed-out attempt in
 a transaction of its own and starts a replacement thread, so concurrency stays whole.
+
+A cancel request for a running job (found by the worker's cancel poller, ``cancels.py``) is
+enforced the same way: ``job.cancel_requested()`` turns true at once, and a handler that has not
+stopped by itself ``cancel_notice`` seconds later (default ``CANCEL_NOTICE``) gets
+``JobCancelledError`` raised in its thread, then is abandoned after the grace period like a
+timed-out one.
 """
 
 from __future__ import annotations
 
 import ctypes
+import datetime as dt
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import JobTimeoutError
+from ..errors import JobCancelledError, JobTimeoutError
 from ..job import Job
 
 log = logging.getLogger("dbqueue.worker")
@@ -31,6 +38,11 @@ log = logging.getLogger("dbqueue.worker")
 DEFAULT_TIMEOUT_GRACE = 5.0
 #: The watchdog sleeps at most this long between looks (deadlines normally wake it earlier).
 _LONGEST_NAP = 1.0
+#: How long a handler told of a cancel request (``job.cancel_requested()``) may take to stop by
+#: itself before JobCancelledError is raised in its thread (``Worker(cancel_notice=…)``).
+CANCEL_NOTICE = 1.0
+#: Why a slot's deadline fired: its timeout, or a cancel request.
+TIMEOUT, CANCEL = "timeout", "cancel"
 
 
 class HandlerTimeout(JobTimeoutError):
@@ -39,6 +51,11 @@ class HandlerTimeout(JobTimeoutError):
     An asynchronous exception can only be a class, so this one carries no message; the executor
     replaces it with a JobTimeoutError that names the job and its timeout.
     """
+
+
+class HandlerCancelled(JobCancelledError):
+    """Raised inside a handler's thread by the watchdog when a cancel request was not heeded
+    (a class, like HandlerTimeout); the executor records the job as cancelled."""
 
 
 class Abandoned(BaseException):  # noqa: N818 - a control-flow signal, not an error
@@ -60,10 +77,18 @@ class Slot:
     job: Job | None = None
     timeout: float = 0.0
     deadline: float = math.inf
-    #: JobTimeoutError was raised in the thread for the current job.
+    #: JobTimeoutError (or JobCancelledError, see ``reason``) was raised in the thread for the
+    #: current job.
     fired: bool = False
     #: The watchdog gave the thread up: it must never write to the database again.
     abandoned: bool = False
+    #: A handler runs (between arm and disarm), since ``since`` (monotonic seconds).
+    armed: bool = False
+    since: float = 0.0
+    #: What the deadline stands for: TIMEOUT, or CANCEL once a cancel request reached the job.
+    reason: str = TIMEOUT
+    #: Cancel requests found for jobs of the batch that have not started: id → when asked.
+    requests: dict[int, dt.datetime] = field(default_factory=dict)
 
 
 def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> None:
@@ -75,11 +100,14 @@ def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> No
 
 class Watchdog:
     """Watches the armed slots; ``on_stuck(slot)`` runs (in a thread of its own) for a handler
-    that outlived its timeout by ``grace`` seconds."""
+    that outlived its timeout (or the notice of a cancel request) by ``grace`` seconds."""
 
-    def __init__(self, grace: float, on_stuck: Callable[[Slot], None]) -> None:
+    def __init__(
+        self, grace: float, on_stuck: Callable[[Slot], None], cancel_notice: float = CANCEL_NOTICE
+    ) -> None:
         self.grace = grace
         self.on_stuck = on_stuck
+        self.cancel_notice = cancel_notice
         self._slots: list[Slot] = []
         self._cond = threading.Condition()
         self._wake_at = math.inf
@@ -111,12 +139,22 @@ class Watchdog:
                 self._slots.remove(slot)
 
     # ---- called by the handler's thread (in memory, no database round trip) -------------------
-    def arm(self, slot: Slot, job: Job, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+    def arm(self, slot: Slot, job: Job, timeout: float | None) -> bool:
+        """The handler of ``job`` starts (``timeout``: None for none). False: a cancel request
+        reached the job before it started, and its handler must not run."""
+        now = time.monotonic()
+        deadline = math.inf if timeout is None else now + timeout
         with self._cond:
-            slot.job, slot.timeout, slot.deadline, slot.fired = job, timeout, deadline, False
+            slot.job, slot.timeout, slot.deadline, slot.fired = job, timeout or 0.0, deadline, False
+            slot.reason, slot.since = TIMEOUT, now
+            if slot.requests and job.id in slot.requests:
+                job._cancel_requested_at = slot.requests.pop(job.id)
+                slot.deadline = math.inf
+                return False
+            slot.armed = True
             if deadline < self._wake_at:
                 self._cond.notify()
+        return True
 
     def disarm(self, slot: Slot) -> bool:
         """The handler is done (or unwound): returns whether its timeout fired.
@@ -125,11 +163,52 @@ class Watchdog:
         never hit the worker's own code after the handler.
         """
         with self._cond:
+            slot.armed = False
             if slot.deadline != math.inf or slot.fired:
                 if slot.fired:
                     _raise_in_thread(slot.thread_id, None)
                 slot.deadline = math.inf
             return slot.fired
+
+    # ---- called by the cancel poller ----------------------------------------------------------
+    def running_longer_than(self, seconds: float) -> list[int]:
+        """Ids of the jobs whose cancel requests are worth a query: those of every batch whose
+        current handler has run at least ``seconds`` (the job itself, unless a request already
+        reached it, and the batch's others, which may be next)."""
+        wanted: list[int] = []
+        with self._cond:
+            started_before = time.monotonic() - seconds
+            for slot in self._slots:
+                if not slot.armed or slot.abandoned or slot.since > started_before:
+                    continue
+                for job in slot.batch or ([slot.job] if slot.job else []):
+                    if job.id not in slot.requests and job._cancel_requested_at is None:
+                        wanted.append(job.id)
+        return wanted
+
+    def deliver(self, requests: Mapping[int, dt.datetime]) -> int:
+        """Hand cancel requests to the jobs they name: a running one sees
+        ``cancel_requested()`` at once and is interrupted ``cancel_notice`` seconds later; one of a
+        batch that has not started yet will not start. Returns how many reached a job."""
+        reached = 0
+        with self._cond:
+            deadline = time.monotonic() + self.cancel_notice
+            for slot in self._slots:
+                if slot.abandoned:
+                    continue
+                job = slot.job
+                running = slot.armed and job is not None and not slot.fired
+                if running and job.id in requests and job._cancel_requested_at is None:
+                    job._cancel_requested_at = requests[job.id]
+                    slot.reason = CANCEL
+                    slot.deadline = min(slot.deadline, deadline)
+                    reached += 1
+                    self._cond.notify()
+                for other in slot.batch:
+                    if other is not job and other.id in requests:
+                        slot.requests[other.id] = requests[other.id]
+                        reached += 1
+        return reached
 
     # ---- the watchdog thread ------------------------------------------------------------------
     def _loop(self) -> None:
@@ -145,7 +224,10 @@ class Watchdog:
                         continue
                     if not slot.fired and now >= slot.deadline:
                         slot.fired = True
-                        _raise_in_thread(slot.thread_id, HandlerTimeout)
+                        _raise_in_thread(
+                            slot.thread_id,
+                            HandlerCancelled if slot.reason == CANCEL else HandlerTimeout,
+                        )
                     if slot.fired:
                         if now >= slot.deadline + self.grace:
                             slot.abandoned = True

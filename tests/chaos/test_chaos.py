@@ -51,7 +51,7 @@ pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "chaos_worker.py"
 CHAOS_PREFIX = f"{PREFIX}chaos_"
-JOBS = 3000
+JOBS = 2000
 WORKERS = 4
 #: Progress (committed runs / JOBS) at which a random worker is SIGKILLed and replaced.
 KILL_AT = (0.05, 0.15, 0.25, 0.35, 0.6, 0.7, 0.8, 0.9)

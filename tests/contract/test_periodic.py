@@ -277,6 +277,21 @@ def test_a_check_stopped_halfway_leaves_no_gap_and_the_next_one_resumes(database
     }
 
 
+def test_in_eager_mode_the_jobs_a_check_enqueues_run_at_once(database):
+    clear_ticks(database)
+    app = database.app(eager=True)
+    ran = []
+
+    @app.periodic("*/5 * * * *", name="per_eager")
+    @app.task("per_eager_task")
+    def handler(job, session) -> None:
+        ran.append((job.id, job.run_at))
+
+    outcomes = app.enqueue_periodic(at(12, 0, 1))
+    assert ran == [(outcomes[0].job_id, at(12, 0))]
+    assert app.get_job(outcomes[0].job_id)["status"] == "succeeded"
+
+
 def test_purge_deletes_old_ticks_but_each_schedules_last(database):
     clear_ticks(database)
     app = database.app()

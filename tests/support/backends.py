@@ -223,11 +223,17 @@ class Backend:
     def reset(self) -> None:
         """Empty the queue and effects tables between tests."""
         engine = self.engine()
-        maintenance = self.app().tables.maintenance
+        app = self.app()
+        maintenance = app.tables.maintenance
+        requests = app.context.cancel_requests()
         try:
+            if requests.separate:  # SQLite's side file of cancel requests
+                with requests.engine().begin() as conn:
+                    conn.execute(requests.table.delete())
             with engine.begin() as conn:
                 conn.execute(sa.text(f"DELETE FROM {self.prefix}jobs"))
                 conn.execute(sa.text(f"DELETE FROM {self.prefix}subscriptions"))
+                conn.execute(app.tables.cancels.delete())
                 conn.execute(effects.delete())
                 conn.execute(
                     maintenance.update().values(
@@ -240,6 +246,7 @@ class Backend:
                     )
                 )
         finally:
+            requests.close()
             engine.dispose()
 
     def effect_ids(self) -> list[int]:

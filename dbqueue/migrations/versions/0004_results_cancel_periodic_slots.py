@@ -5,8 +5,9 @@ Revises: 0003_subscriptions
 Create Date: 2026-11-23
 
 Two nullable columns on the jobs table (no default, so adding them rewrites no row on any
-database) and two small tables with composite primary keys and nothing else, which suits
-SingleStore too (sharded on the key's first column).
+database), two small tables with composite primary keys and nothing else, which suits
+SingleStore too (sharded on the key's first column), and the cancel requests of running jobs
+(a surrogate key and a plain index on job_id).
 """
 
 from __future__ import annotations
@@ -57,10 +58,30 @@ def upgrade(names: TableNames | None = None) -> None:
         schema=names.schema,
         **table_options("queue"),
     )
+    op.create_table(
+        names.cancels,
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+        sa.Column("job_id", sa.BigInteger(), nullable=False),
+        sa.Column(
+            "requested_at",
+            UtcDateTime(),
+            nullable=False,
+            server_default=sa.schema.DefaultClause(NowDefault()),
+        ),
+        schema=names.schema,
+        **table_options("id"),
+    )
+    op.create_index(f"{names.cancels}_job", names.cancels, ["job_id"], schema=names.schema)
 
 
 def downgrade(names: TableNames | None = None) -> None:
     names = script_names(names)
+    op.drop_table(names.cancels, schema=names.schema)
     op.drop_table(names.slots, schema=names.schema)
     op.drop_table(names.periodic, schema=names.schema)
     with op.batch_alter_table(names.jobs, schema=names.schema) as batch:

@@ -1,0 +1,170 @@
+"""Cancellation in SQLAlchemy Core: waiting jobs cancelled at once, running jobs' requests kept
+in a table of their own, and the worker's record of a running job it stopped.
+
+A running job's row may be locked for as long as its handler runs (a ``skip_locked`` claim holds
+it in the batch transaction), so nothing here ever waits for a job's row lock: waiting jobs are
+picked with ``FOR UPDATE SKIP LOCKED`` where the database has it (a row someone holds is
+running, or about to), and a request for a running job is a row of the requests table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..dialects import Dialect
+from ..job import Job, Status
+from ..pubsub import PUBLICATION_MARKER
+from ..sqltypes import UtcDateTime
+from .base import EngineBase
+from .records import truncate
+
+#: The message of a job cancelled before it ran.
+CANCELLED_WAITING = "cancelled while waiting to run"
+
+
+class Cancels(EngineBase):
+    def job_states(self, conn: Connection, ids: Sequence[int]) -> dict[int, str]:
+        """The committed status of each of ``ids`` that exists; never waits for a lock."""
+        if not ids:
+            return {}
+        j = self.jobs
+        with self.translate_errors():
+            rows = conn.execute(sa.select(j.c.id, j.c.status).where(j.c.id.in_(list(ids))))
+            return {int(job_id): status for job_id, status in rows}
+
+    def publication_jobs(self, conn: Connection, publication_id: int) -> list[int]:
+        """The jobs of one publication: its deliveries and their dead-letter jobs (not the
+        publication's own record, which is finished from the start)."""
+        j = self.jobs
+        with self.translate_errors():
+            rows = conn.execute(
+                sa.select(j.c.id)
+                .where(
+                    j.c.publication_id == publication_id,
+                    j.c.subscription_id != PUBLICATION_MARKER,
+                )
+                .order_by(j.c.id)
+            )
+            return [int(job_id) for job_id in rows.scalars()]
+
+    def cancel_waiting(self, conn: Connection, ids: Sequence[int]) -> list[int]:
+        """Cancel those of ``ids`` that wait to run (due or scheduled) and that no transaction
+        holds; returns them. Never waits for a row lock where the database has SKIP LOCKED: a
+        row another transaction holds is left alone (a claim holds it: the job is running)."""
+        j = self.jobs
+        free = list(ids)
+        if free and self.dialect.supports_skip_locked:
+            with self.translate_errors():
+                free = list(
+                    conn.execute(
+                        sa.select(j.c.id)
+                        .where(j.c.id.in_(free), j.c.status == Status.AVAILABLE)
+                        .with_for_update(skip_locked=True)
+                    ).scalars()
+                )
+        if not free:
+            return []
+        now = self.dialect.now()
+        with self.translate_errors():
+            changed = conn.execute(
+                sa.update(j)
+                .where(j.c.id.in_(free), self.dialect.unindexed(j.c.status) == Status.AVAILABLE)
+                .values(
+                    status=Status.CANCELLED,
+                    message=CANCELLED_WAITING,
+                    finished_at=now,
+                    cancel_requested_at=now,
+                    updated_at=now,
+                )
+            ).rowcount
+        if changed == len(free):
+            return free
+        # Without row locks taken first, another writer may have got to some (a claim, another
+        # cancel): the ones that are cancelled now are taken as ours.
+        states = self.job_states(conn, free)
+        return [job_id for job_id in free if states.get(job_id) == Status.CANCELLED]
+
+    def cancel_running(
+        self,
+        conn: Connection,
+        job: Job,
+        message: str,
+        *,
+        requested_at: dt.datetime | None,
+        attempt_increment: int,
+        expected_status: str,
+        worker_id: str,
+        claimed_by: str | None = None,
+        same_attempt: bool = False,
+    ) -> int:
+        """The worker's record of a running job it stopped on request: ``cancelled``, the
+        attempt counted, no retry, no dead-letter job. Fenced like ``fail()``; returns the rows
+        changed (0: the job is no longer this worker's)."""
+        j = self.jobs
+        now = self.dialect.now()
+        guard = [j.c.id == job.id, j.c.status == expected_status, *self._claimed_by(claimed_by)]
+        if same_attempt:
+            guard.append(j.c.attempt == job.attempt - attempt_increment)
+        values: dict[str, Any] = {
+            "status": Status.CANCELLED,
+            "attempt": j.c.attempt + attempt_increment,
+            "message": truncate(message),
+            "started_at": job.started_at,
+            "first_attempt_at": sa.func.coalesce(j.c.first_attempt_at, job.started_at),
+            "finished_at": now,
+            "cancel_requested_at": now if requested_at is None else requested_at,
+            "updated_at": now,
+            "worker_id": worker_id,
+        }
+        return conn.execute(sa.update(j).where(*guard).values(values)).rowcount
+
+
+class CancelRequestRows:
+    """The requests table's statements (``<jobs>_cancels``, in the queue's database or in the
+    side database of ``Dialect.side_database_url``)."""
+
+    def __init__(self, table: sa.Table, dialect: Dialect) -> None:
+        self.table = table
+        self.dialect = dialect
+
+    def add(self, conn: Connection, ids: Sequence[int]) -> None:
+        """A request for each of ``ids`` that has none pending."""
+        if not ids:
+            return
+        pending = self.pending(conn, ids)
+        new = [{"job_id": job_id} for job_id in dict.fromkeys(ids) if job_id not in pending]
+        if new:
+            conn.execute(sa.insert(self.table).values(requested_at=self.dialect.now()), new)
+
+    def pending(self, conn: Connection, ids: Sequence[int]) -> dict[int, dt.datetime]:
+        """job id → when its (first) request was made, for those of ``ids`` that have one."""
+        if not ids:
+            return {}
+        t = self.table
+        rows = conn.execute(
+            sa.select(t.c.job_id, sa.type_coerce(sa.func.min(t.c.requested_at), UtcDateTime()))
+            .where(t.c.job_id.in_(list(ids)))
+            .group_by(t.c.job_id)
+        )
+        return {int(job_id): requested_at for job_id, requested_at in rows}
+
+    def listed(self, conn: Connection, limit: int) -> list[int]:
+        """Job ids that have requests, oldest request first (for the purge's clean-up)."""
+        t = self.table
+        rows = conn.execute(
+            sa.select(t.c.job_id).group_by(t.c.job_id).order_by(sa.func.min(t.c.id)).limit(limit)
+        )
+        return [int(job_id) for job_id in rows.scalars()]
+
+    def drop(self, conn: Connection, ids: Sequence[int]) -> int:
+        """Delete the requests of ``ids`` (their jobs have ended, or were cancelled waiting)."""
+        if not ids:
+            return 0
+        return conn.execute(
+            sa.delete(self.table).where(self.table.c.job_id.in_(list(ids)))
+        ).rowcount

@@ -1,0 +1,167 @@
+"""Eager mode's runner: the worker's executor, run in the enqueuing thread once the jobs commit.
+
+Each job is claimed by id with the queue's claim strategy — so a worker running beside it cannot
+take it too, and one that already has it keeps it — and run by the worker's ``BatchExecutor``:
+the same handler call, savepoint, outcome UPDATE, retry policy and dead-letter job as in a
+worker. A failed attempt is recorded, then the job is claimed again at once (the backoff is not
+waited for), until it succeeds or dies; a dead-letter job runs next, and so do the jobs a
+handler enqueues (after the job that enqueued them has committed). Nothing else of a worker
+applies: no timeouts, no queue limits, no concurrency, no job log.
+
+The app layer below calls it (``App.eager_runner_class``, set by the package's composition
+root); it never imports this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sqlalchemy.engine import Connection, Engine
+
+from .. import dialects
+from ..engine import FailResult, QueueEngine
+from ..errors import UnknownTaskError
+from ..job import Job, Status
+from ..policy import RetryPolicy
+from ..runtime import RuntimeContext
+from ..strategies import ClaimStrategy
+from .claimed import claim_and_run
+from .executor import BatchExecutor
+
+log = logging.getLogger("dbqueue.eager")
+
+
+@dataclasses.dataclass(frozen=True)
+class _NotingDeadLetters(RetryPolicy):
+    """The retry policy, noting the dead-letter jobs its failures create: they run next."""
+
+    note: Callable[[int], object]
+
+    @classmethod
+    def of(cls, policy: RetryPolicy, note: Callable[[int], object]) -> _NotingDeadLetters:
+        fields = {f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)}
+        return cls(**fields, note=note)
+
+    def fail(
+        self, conn: Connection, engine: QueueEngine, job: Job, message: str, **where: Any
+    ) -> tuple[FailResult, float | None]:
+        failed, delay = super().fail(conn, engine, job, message, **where)
+        if failed.dead_letter_id is not None:
+            self.note(failed.dead_letter_id)
+        return failed, delay
+
+
+class EagerRunner:
+    """Runs committed jobs by id, each to its end, in the calling thread."""
+
+    def __init__(self, context: RuntimeContext) -> None:
+        self.context = context
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._engine: Engine | None = None
+        self._dialect: dialects.Dialect | None = None
+
+    def run(self, ids: Iterable[int]) -> list[dict[str, Any]]:
+        """Run these committed jobs now; returns one dict per job that died or that this
+        process cannot run (``id``, ``task``, ``status``, ``message``). Called again while
+        it runs (a handler enqueued a job), it queues the jobs after the current one."""
+        pending: deque[int] | None = getattr(self._local, "pending", None)
+        if pending is not None:
+            pending.extend(ids)
+            return []
+        self._local.pending = pending = deque(ids)
+        try:
+            return self._drain(pending)
+        finally:
+            self._local.pending = None
+
+    def _drain(self, pending: deque[int]) -> list[dict[str, Any]]:
+        engine, dialect = self._connect()
+        strategy = self.context.open_strategy(dialect)
+        worker_id = f"{socket.gethostname()}:{os.getpid()}:eager:{threading.get_ident()}"
+        executor = BatchExecutor(self.context, strategy, worker_id)
+        executor.policy = _NotingDeadLetters.of(executor.policy, pending.append)
+        failures: list[dict[str, Any]] = []
+        try:
+            with engine.connect() as conn:
+                queue_engine = self.context.queue_engine(conn)
+                while pending:
+                    failure = self._run_to_end(conn, queue_engine, executor, strategy, pending[0])
+                    pending.popleft()
+                    if failure is not None:
+                        failures.append(failure)
+        finally:
+            strategy.close()
+        return failures
+
+    def _run_to_end(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        executor: BatchExecutor,
+        strategy: ClaimStrategy,
+        job_id: int,
+    ) -> dict[str, Any] | None:
+        """Claim and run the job again and again until it no longer waits: succeeded, dead, or
+        taken by a worker. Returns its row if it died or cannot run here."""
+        with conn.begin():
+            row = engine.get(conn, job_id)
+        if row is None or row["status"] != Status.AVAILABLE:
+            return None  # rolled back with a savepoint, cancelled, or a worker has it
+        reason = self._cannot_run(conn, row)
+        if reason is not None:
+            log.warning(
+                "eager mode: job %s (%s) is left for a worker: %s", job_id, row["task"], reason
+            )
+            return {**row, "message": reason}
+
+        def claim() -> list[Job]:
+            return strategy.claim_ids(conn, engine, [job_id], executor.worker_id)
+
+        # One attempt per claim; the claim after the last finds the job finished.
+        for _ in range(max(0, row["max_attempts"] - row["attempt"]) + 1):
+            if claim_and_run(executor, conn, engine, claim, lambda: False) is None:
+                break
+        with conn.begin():
+            row = engine.get(conn, job_id)
+        if row is not None and row["status"] == Status.AVAILABLE:
+            # A worker holds it (its claim is not committed yet), or its attempts ran out
+            # uncounted (a handler rescheduled it itself): not this thread's any more.
+            log.info("eager mode: job %s (%s) is left for a worker", job_id, row["task"])
+        return row if row is not None and row["status"] == Status.DEAD else None
+
+    def _cannot_run(self, conn: Connection, row: dict[str, Any]) -> str | None:
+        """Why this process cannot run the job (no handler registered here), or None: such a
+        job is left for a worker that can, as it may belong to another service."""
+        job = Job(**row)
+        try:
+            self.context.registry.resolve(job)
+        except UnknownTaskError as exc:
+            if job.subscription_id is not None and not job.dead:
+                with conn.begin():
+                    subscription = self.context.subscriptions.get(conn, job.subscription_id)
+                if subscription is not None and subscription.url:
+                    return None  # a webhook delivery: the executor calls the url
+            return str(exc)
+        return None
+
+    def _connect(self) -> tuple[Engine, dialects.Dialect]:
+        """The App's engine — or, if the application gave its own, one set up as a worker's
+        (SQLite's BEGIN IMMEDIATE, savepoints) — marked for claims, checked once like a
+        worker's at start-up."""
+        with self._lock:
+            if self._engine is None or self._dialect is None:
+                engine = self.context.engine
+                if not dialects.is_configured(engine):
+                    engine = self.context.create_engine(pool_size=1)
+                engine = engine.execution_options(**{dialects.WRITE_INTENT: True})
+                self._dialect = self.context.check_database(engine)
+                self._engine = engine
+            return self._engine, self._dialect
