@@ -31,6 +31,7 @@ from .queues import QueueConfiguration
 from .registration import HandlerRegistration
 from .retry import Backoff
 from .runtime import RuntimeContext
+from .scheduling import PeriodicRegistration
 from .schema import DEFAULT_HTTP_METHOD
 from .wakeups import CommitWaker
 
@@ -49,7 +50,7 @@ def _from_context(name: str, doc: str) -> Any:
     return property(lambda app: getattr(app.context, name), doc=doc)
 
 
-class App(EagerMode, HandlerRegistration, CancelAPI, QueueConfiguration):
+class App(EagerMode, HandlerRegistration, CancelAPI, PeriodicRegistration, QueueConfiguration):
     """A queue: where its tables live, which tasks it knows, and how to enqueue and consume.
 
     ``App("postgresql+psycopg2://…")`` or ``App(engine)``; with no argument the URL comes from

@@ -244,6 +244,9 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
 )
 @click.option("--min-poll-interval", default=0.05, show_default=True, help="First idle sleep, s.")
 @click.option("--no-maintenance", is_flag=True, help="Take no part in purge/rescue/re-notify.")
+@click.option(
+    "--periodic/--no-periodic", default=True, help="Enqueue the --app's periodic schedules."
+)
 @click.option("--rescue-minutes", callback=_minutes, help="QUEUE_MINUTE_RETRY_THREAD, e.g. */5")
 @click.option("--purge-minutes", callback=_minutes, help="QUEUE_MINUTE_PURGE_THREAD, e.g. 0")
 @click.option("--notify-minutes", callback=_minutes, help="QUEUE_MINUTE_NOTIFY_THREAD, e.g. */5")
@@ -785,6 +788,47 @@ def cancel_publication(app: App, publication_id: int, as_json: bool) -> None:
             )
         click.echo(f"publication {publication_id} has no deliveries")
     _print_cancelled(report, as_json)
+
+
+@cli.group()
+def periodic() -> None:
+    """Periodic schedules (declared in your --app) and the ticks they enqueued."""
+
+
+@periodic.command("list")
+@database_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def periodic_list(app: App, as_json: bool) -> None:
+    """Each schedule: cron and tz, task and queue, last and next tick, the last job's status."""
+    rows = app.periodic_status()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=_json_default))
+        return
+    if not rows:
+        hint = "" if click.get_current_context().meta.get(APP_SPEC) else " (pass --app)"
+        click.echo(f"no periodic schedules{hint}")
+        return
+    unknown = "not in the --app" if click.get_current_context().meta.get(APP_SPEC) else "no --app"
+    for row in rows:
+        click.echo(_describe_schedule(row, unknown))
+
+
+def _describe_schedule(row: dict[str, Any], unknown: str) -> str:
+    def when(value: dt.datetime | None) -> str:
+        return value.isoformat() if value else "-"
+
+    if row["declared"]:
+        rule = f"{row['cron']} ({row['tz']}, catch_up {row['catch_up']})"
+        target = f"task {row['task']} on queue {row['queue']}"
+    else:
+        rule, target = f"({unknown})", "-"
+    job = "no job yet"
+    if row["last_job_id"] is not None:
+        job = f"job {row['last_job_id']} {row['last_job_status'] or 'purged'}"
+    return (
+        f"{row['name']:24} {rule:44} {target:36} last {when(row['last_tick'])}  "
+        f"next {when(row['next_tick'])}  {job}"
+    )
 
 
 def _json_default(value: Any) -> Any:

@@ -45,6 +45,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.publishing",
         "dbqueue.queues",
         "dbqueue.registration",
+        "dbqueue.scheduling",
         "dbqueue.wakeups",
     ),
     # runtime: the runtime context (settings, engines, strategy resolution) and maintenance.
@@ -80,6 +81,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.wakeup",
         "dbqueue.poollog",
         "dbqueue.logs",
+        "dbqueue.periodic",
     ),
 }
 

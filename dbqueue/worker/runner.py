@@ -22,12 +22,14 @@ from ..maintenance import Maintenance, MaintenanceSettings
 from ..pubsub import subscription_problems
 from ..runtime import RuntimeContext
 from ..wakeup import Notifier, WakeSignal
+from ..wakeups import CommitWaker
 from .cancels import CancelPoller
 from .joblog import JobLogWriter
 from .loop import ClaimLoop
 from .process import SignalHandlers, positive_int, positive_seconds
 from .queue_slots import prepare_slots
 from .recovery import AbandonedThreads
+from .scheduler import Scheduler
 from .watchdog import CANCEL_NOTICE, DEFAULT_TIMEOUT_GRACE, Slot, Watchdog
 
 if TYPE_CHECKING:
@@ -83,7 +85,9 @@ class Worker(ClaimLoop, AbandonedThreads):
         cancel request (``job.cancel_requested()``) may take to stop by itself before
         JobCancelledError is raised in its thread (default 1 s). log_jobs: one INFO line per
         finished job on logger ``dbqueue.jobs`` (task, job_id, queue, attempt, outcome,
-        duration_ms; default DBQUEUE_LOG_JOBS, else off). queue_limits: queue → N, at most N
+        duration_ms; default DBQUEUE_LOG_JOBS, else off).
+        periodic: enqueue the ticks of the App's periodic schedules (one thread; each tick
+        exactly once across workers; not in burst mode). queue_limits: queue → N, at most N
         jobs of that queue running at once across all workers (added to the App's
         ``app.queue(name, concurrency=N)``, and winning over them).
     """
@@ -104,6 +108,7 @@ class Worker(ClaimLoop, AbandonedThreads):
         lock_server: str | None = None,
         maintenance: bool = True,
         maintenance_settings: MaintenanceSettings | None = None,
+        periodic: bool = True,
         install_signal_handlers: bool = True,
         name: str | None = None,
         job_timeout: float | None = None,
@@ -127,6 +132,8 @@ class Worker(ClaimLoop, AbandonedThreads):
         self.min_poll_interval = positive_seconds("min_poll_interval", min_poll_interval)
         self.run_maintenance = maintenance and not burst
         self.maintenance_settings = maintenance_settings or self.context.maintenance_settings
+        self.run_periodic = periodic and not burst
+        self.scheduler: Scheduler | None = None
         self.install_signal_handlers = install_signal_handlers
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.job_timeout = positive_seconds(
@@ -244,6 +251,8 @@ class Worker(ClaimLoop, AbandonedThreads):
                 f"{self.name}:maintenance",
             )
             self.maintenance.start()
+        if self.run_periodic:
+            self._start_scheduler()
         log.info(
             "worker %s on %s: strategy %s, queues %s, concurrency %d, %s",
             self.name,
@@ -253,6 +262,23 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.concurrency,
             "push wake-ups" if self.notifier.pushes else "polling",
         )
+
+    def _start_scheduler(self) -> None:
+        """The periodic-jobs thread, when the App declares schedules (a schedule whose task
+        cannot be resolved stops the start-up here, naming the fix)."""
+        assert self._engine is not None
+        schedules = self.context.registry.schedules.resolved(self.context.registry)
+        if not schedules:
+            return
+        waker = CommitWaker(self.context)
+        self.scheduler = Scheduler(
+            self.context,
+            self._engine,
+            schedules,
+            lambda queue, job_id: waker.after_commit(None, [queue]),
+        )
+        self.scheduler.start()
+        log.info("periodic: %s", ", ".join(f"{s.name} ({s.cron})" for s in schedules))
 
     def _warn_about_subscriptions(self) -> None:
         """Subscribers with no subscription row, subscriptions nothing can deliver: said at
@@ -307,6 +333,8 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.cancel_poller.stop()
         if self.watchdog is not None:
             self.watchdog.stop()
+        if self.scheduler is not None:
+            self.scheduler.stop()
         self.context.cancel_requests().close()
         if self.maintenance is not None:
             self.maintenance.stop()
