@@ -2,7 +2,7 @@
 
     python -m benchmarks.throughput postgresql|mariadb|sqlite [--jobs 20000] [--single 2000]
         [--chunk 1000] [--concurrency 4] [--batch-size 10] [--strategy NAME] [--rounds 3]
-        [--job-log [--prefix bench_]]
+        [--job-log [--prefix bench_]] [--queue-limit N [--strategy NAME]]
 
 Enqueue: the first ``single`` jobs one per transaction on one connection (``app.enqueue``,
 in blocks of 200 alternating with the bare INSERT+COMMIT), the rest with ``app.enqueue_many``,
@@ -16,11 +16,18 @@ measures dbqueue and then bare SQL; the figures are the medians.
 round drains a freshly filled table once without and once with it, in alternating order. Both
 runs log JSON at INFO to stderr, a pipe the benchmark reads (as a container runtime would): the
 only difference is the job lines.
+
+``--queue-limit N`` measures instead the processing of a queue limited to N running jobs (the
+W1 jobs' queue, ``default``) next to the same queue unlimited: each round drains a freshly
+filled table once each way, in alternating order, with the same worker process. A limited
+queue's claims take a slot and one job each (a batch runs its jobs one after another, so a
+slot per batch would leave the others idle), so this is the price of the limit per job.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -287,6 +294,73 @@ def job_log_cost(
     }
 
 
+def limit_cost(
+    database: str,
+    jobs: int,
+    concurrency: int,
+    batch_size: int,
+    rounds: int,
+    limit: int,
+    strategy: str | None,
+    prefix: str = PREFIX,
+) -> dict[str, Any]:
+    """W1 processing of the queue unlimited and limited to ``limit`` (medians of ``rounds``)."""
+    url = URLS[database]
+    app = fresh_app(url, prefix)
+    engine = app.create_engine(pool_pre_ping=False)
+    options = ["--burst", "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
+    options += ["--prefix", prefix, *(["--strategy", strategy] if strategy else [])]
+    modes: dict[str, tuple[str, ...]] = {
+        "unlimited": (),
+        "limited": ("--queue-limit", f"default={limit}"),
+    }
+    rates: dict[str, list[float]] = {mode: [] for mode in modes}
+    server = lock_server(url, prefix) if strategy == "lock_server" else contextlib.nullcontext()
+    try:
+        with server as address:
+            if address:
+                options += ["--lock-server", address]
+            for index in range(rounds):
+                for mode in sorted(modes, reverse=index % 2 == 1):
+                    empty(app, engine)
+                    app.enqueue_many(
+                        engine, [{"task": "noop", "payload": {"n": i}} for i in range(jobs)]
+                    )
+                    analyze(app, engine)
+                    report = run_worker_process(url, *options, *modes[mode])
+                    assert report["succeeded"] == jobs, report
+                    rates[mode].append(report["succeeded"] / report["seconds"])
+    finally:
+        engine.dispose()
+    unlimited, limited = statistics.median(rates["unlimited"]), statistics.median(rates["limited"])
+    return {
+        "workload": f"W1 processing, queue unlimited and limited to {limit}",
+        "database": database,
+        "server": server_version(url),
+        "strategy": strategy or "default",
+        "jobs": jobs,
+        "concurrency": concurrency,
+        "batch_size": batch_size,
+        "limit": limit,
+        "rounds": rounds,
+        "unlimited_jobs_per_s": round(unlimited),
+        "limited_jobs_per_s": round(limited),
+        "limited_ratio": round(limited / unlimited, 3),
+        "per_round": {mode: [round(x) for x in values] for mode, values in rates.items()},
+    }
+
+
+def describe_limit(result: dict[str, Any]) -> str:
+    return (
+        f"W1 processing of a queue limited to {result['limit']} ({result['database']}, "
+        f"strategy {result['strategy']}, {result['jobs']} no-op jobs, one worker process, "
+        f"concurrency {result['concurrency']}, batch {result['batch_size']}): unlimited "
+        f"{result['unlimited_jobs_per_s']} jobs/s, limited {result['limited_jobs_per_s']} "
+        f"jobs/s, ratio {result['limited_ratio']} (medians of {result['rounds']} rounds; per "
+        f"round {result['per_round']})"
+    )
+
+
 def describe_job_log(result: dict[str, Any]) -> str:
     return (
         f"W1 processing with the per-job log ({result['database']}, {result['jobs']} no-op "
@@ -330,9 +404,26 @@ def main() -> None:
     parser.add_argument("--strategy")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--job-log", action="store_true", help="the per-job log's cost instead")
-    parser.add_argument("--prefix", default=PREFIX, help="table prefix (--job-log)")
+    parser.add_argument("--prefix", default=PREFIX, help="table prefix (--job-log, --queue-limit)")
+    parser.add_argument("--queue-limit", type=int, help="a queue limited to N instead")
     args = parser.parse_args()
     os.chdir(HERE.parent)
+    if args.queue_limit:
+        cost = limit_cost(
+            args.database,
+            args.jobs,
+            args.concurrency,
+            args.batch_size,
+            args.rounds,
+            args.queue_limit,
+            args.strategy,
+            args.prefix,
+        )
+        print(machine())
+        print(describe_limit(cost))
+        suffix = f"-{args.strategy}" if args.strategy else ""
+        print(f"saved {save(f'queue-limit-{args.database}{suffix}', cost)}")
+        return
     if args.job_log:
         cost = job_log_cost(
             args.database, args.jobs, args.concurrency, args.batch_size, args.rounds, args.prefix

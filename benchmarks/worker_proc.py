@@ -2,6 +2,7 @@
 
     python -m benchmarks.worker_proc URL [--prefix bench_] [--concurrency 4] [--batch-size 10]
         [--strategy NAME] [--burst] [--sample-rss-every N] [--log-format text|json] [--log-jobs]
+        [--queue-limit QUEUE=N]
 
 On exit (burst drained, or SIGTERM) it prints one JSON line: seconds spent in run_worker, jobs
 succeeded, statements and commits it sent (counted by SQLAlchemy events), and resident memory
@@ -22,6 +23,7 @@ import sqlalchemy as sa
 
 import dbqueue
 from dbqueue import logs
+from dbqueue.limits import parse_queue_limits
 
 
 def rss_kib() -> int:
@@ -80,6 +82,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--option", action="append", default=[], help="extra worker option k=v")
     parser.add_argument("--log-format", choices=logs.LOG_FORMATS, help="log at INFO to stderr")
     parser.add_argument("--log-jobs", action="store_true", help="one log line per job")
+    parser.add_argument("--queue-limit", action="append", default=[], help="QUEUE=N")
     parser.add_argument(
         "--idle-window",
         help="WARMUP,SECONDS: count statements and commits over SECONDS after WARMUP, then stop",
@@ -119,6 +122,7 @@ def main() -> None:
         burst=args.burst,
         maintenance=not args.burst,
         log_jobs=args.log_jobs,
+        queue_limits=parse_queue_limits(args.queue_limit),
         **extra,
     )
     window: dict[str, float] = {}

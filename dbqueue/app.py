@@ -28,9 +28,11 @@ from .errors import ConfigurationError
 from .job import Status
 from .monitoring import QueueSummary
 from .pubsub import Subscription, SubscriptionChanges, new_subscription_values
+from .queues import QueueConfiguration
 from .registration import HandlerRegistration
 from .retry import Backoff
 from .runtime import RuntimeContext
+from .scheduling import PeriodicRegistration
 from .schema import DEFAULT_HTTP_METHOD
 from .wakeups import CommitWaker
 
@@ -49,7 +51,9 @@ def _from_context(name: str, doc: str) -> Any:
     return property(lambda app: getattr(app.context, name), doc=doc)
 
 
-class App(EagerMode, HandlerRegistration, CancelAPI, ResultCalls):
+class App(
+    EagerMode, HandlerRegistration, CancelAPI, PeriodicRegistration, QueueConfiguration, ResultCalls
+):
     """A queue: where its tables live, which tasks it knows, and how to enqueue and consume.
 
     ``App("postgresql+psycopg2://…")`` or ``App(engine)``; with no argument the URL comes from

@@ -40,6 +40,7 @@ from .errors import (
     JobFailedError,
     JobNotFinishedError,
 )
+from .limits import parse_queue_limits
 from .monitoring import STATUS_KEYS
 from .pubsub import PUBLICATION_MARKER, Subscription, parse_header, redact_headers, redact_url
 
@@ -228,6 +229,13 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
 @cli.command()
 @database_options
 @click.option("--queue", "queues", multiple=True, help="Queue to consume (repeatable).")
+@click.option(
+    "--queue-limit",
+    "queue_limits",
+    multiple=True,
+    metavar="QUEUE=N",
+    help="At most N jobs of QUEUE at once across all workers (repeatable; 1: exclusive).",
+)
 @click.option("--concurrency", default=1, show_default=True, help="Worker threads.")
 @click.option("--burst", is_flag=True, help="Exit when nothing is runnable.")
 @click.option("--max-jobs", type=int, help="Stop after this many jobs.")
@@ -244,6 +252,9 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
 )
 @click.option("--min-poll-interval", default=0.05, show_default=True, help="First idle sleep, s.")
 @click.option("--no-maintenance", is_flag=True, help="Take no part in purge/rescue/re-notify.")
+@click.option(
+    "--periodic/--no-periodic", default=True, help="Enqueue the --app's periodic schedules."
+)
 @click.option("--rescue-minutes", callback=_minutes, help="QUEUE_MINUTE_RETRY_THREAD, e.g. */5")
 @click.option("--purge-minutes", callback=_minutes, help="QUEUE_MINUTE_PURGE_THREAD, e.g. 0")
 @click.option("--notify-minutes", callback=_minutes, help="QUEUE_MINUTE_NOTIFY_THREAD, e.g. */5")
@@ -268,6 +279,7 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
 def worker(
     app: App,
     queues: tuple[str, ...],
+    queue_limits: tuple[str, ...],
     no_maintenance: bool,
     rescue_minutes: Any,
     purge_minutes: Any,
@@ -289,7 +301,12 @@ def worker(
         purge_limit=purge_limit,
         wait_notify_interval=wait_notify_interval,
     )
-    summary = app.run_worker(queues=list(queues) or None, maintenance=not no_maintenance, **options)
+    summary = app.run_worker(
+        queues=list(queues) or None,
+        queue_limits=parse_queue_limits(queue_limits),
+        maintenance=not no_maintenance,
+        **options,
+    )
     if click.get_current_context().meta.get(LOG_FORMAT) != "json":  # JSON: the log line says it
         click.echo(
             f"worker stopped: {summary.succeeded} succeeded, {summary.failed} failed", err=True
@@ -779,6 +796,47 @@ def cancel_publication(app: App, publication_id: int, as_json: bool) -> None:
             )
         click.echo(f"publication {publication_id} has no deliveries")
     _print_cancelled(report, as_json)
+
+
+@cli.group()
+def periodic() -> None:
+    """Periodic schedules (declared in your --app) and the ticks they enqueued."""
+
+
+@periodic.command("list")
+@database_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def periodic_list(app: App, as_json: bool) -> None:
+    """Each schedule: cron and tz, task and queue, last and next tick, the last job's status."""
+    rows = app.periodic_status()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=_json_default))
+        return
+    if not rows:
+        hint = "" if click.get_current_context().meta.get(APP_SPEC) else " (pass --app)"
+        click.echo(f"no periodic schedules{hint}")
+        return
+    unknown = "not in the --app" if click.get_current_context().meta.get(APP_SPEC) else "no --app"
+    for row in rows:
+        click.echo(_describe_schedule(row, unknown))
+
+
+def _describe_schedule(row: dict[str, Any], unknown: str) -> str:
+    def when(value: dt.datetime | None) -> str:
+        return value.isoformat() if value else "-"
+
+    if row["declared"]:
+        rule = f"{row['cron']} ({row['tz']}, catch_up {row['catch_up']})"
+        target = f"task {row['task']} on queue {row['queue']}"
+    else:
+        rule, target = f"({unknown})", "-"
+    job = "no job yet"
+    if row["last_job_id"] is not None:
+        job = f"job {row['last_job_id']} {row['last_job_status'] or 'purged'}"
+    return (
+        f"{row['name']:24} {rule:44} {target:36} last {when(row['last_tick'])}  "
+        f"next {when(row['next_tick'])}  {job}"
+    )
 
 
 # ---- results: dbqueue result, dbqueue job show -------------------------------------------------

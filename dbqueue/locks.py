@@ -9,6 +9,7 @@ locks (PostgreSQL pg_try_advisory_lock, MySQL/MariaDB GET_LOCK) and the lock ser
 from __future__ import annotations
 
 import abc
+import hashlib
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -23,6 +24,19 @@ def job_lock_name(jobs_table: str, job_id: int) -> str:
 
 def routine_lock_name(jobs_table: str, routine: str) -> str:
     return f"{jobs_table}:routine:{routine}"
+
+
+#: The lock server takes names of up to 200 characters; a longer slot name becomes a hash.
+_MAX_SLOT_NAME = 200
+
+
+def slot_lock_name(jobs_table: str, queue: str, slot: int) -> str:
+    """The named lock that holds slot ``slot`` of a limited queue (lock-based strategies)."""
+    name = f"{jobs_table}:slot:{queue}:{slot}"
+    if len(name) <= _MAX_SLOT_NAME:
+        return name
+    digest = hashlib.blake2b(f"{queue}:{slot}".encode(), digest_size=16).hexdigest()
+    return f"{jobs_table}:slot:{digest}"
 
 
 class LockBackend(abc.ABC):

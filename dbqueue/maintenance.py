@@ -193,9 +193,23 @@ class Maintenance:
                 break
         with conn.begin():
             requests = cancellation.forget_ended(self.context, conn)
-        return f"deleted {total} finished jobs older than {days:g} days in {chunks} chunk(s)" + (
+        result = f"deleted {total} finished jobs older than {days:g} days in {chunks} chunk(s)" + (
             f", and the cancel requests of {requests} ended job(s)" if requests else ""
         )
+        ticks = self._purge_periodic_ticks(conn, engine)
+        return f"{result}; {ticks} periodic tick(s)" if ticks else result
+
+    def _purge_periodic_ticks(self, conn: Connection, engine: QueueEngine) -> int:
+        """The periodic ticks older than the retention, each schedule's last one kept."""
+        days, limit = self.settings.purge_max_age_days, self.settings.purge_limit
+        total = 0
+        while not self._stop.is_set():
+            with conn.begin():
+                deleted = engine.purge_periodic_ticks(conn, days, limit)
+            total += deleted
+            if deleted < limit:
+                break
+        return total
 
     def rescue(self, conn: Connection, engine: QueueEngine) -> str:
         """Retry ``running`` jobs whose worker died: their lock is free for anyone to take."""

@@ -12,6 +12,7 @@ from typing import Any
 from .errors import ConfigurationError, UnknownTaskError
 from .identifiers import check_queue_name, check_subscription_id, check_task_name
 from .job import Job
+from .periodic import ScheduleBook
 from .retry import Backoff
 
 Handler = Callable[..., Any]
@@ -49,6 +50,10 @@ class TaskRegistry:
         self._tasks: dict[str, TaskDefinition] = {}
         self._subscribers: dict[tuple[str, str], TaskDefinition] = {}
         self.catch_all: TaskDefinition | None = None
+        #: Periodic schedules (``@app.periodic`` / ``app.schedule``): which tasks to enqueue when.
+        self.schedules = ScheduleBook()
+        #: queue → how many of its jobs may run at once across all workers (``app.queue``).
+        self.queue_limits: dict[str, int] = {}
 
     # ---- tasks ----------------------------------------------------------------------------
     def register(self, definition: TaskDefinition) -> TaskDefinition:

@@ -44,7 +44,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.eager",
         "dbqueue.monitoring",
         "dbqueue.publishing",
+        "dbqueue.queues",
         "dbqueue.registration",
+        "dbqueue.scheduling",
         "dbqueue.wakeups",
     ),
     # runtime: the runtime context (settings, engines, strategy resolution) and maintenance.
@@ -76,10 +78,12 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.payload",
         "dbqueue.results",
         "dbqueue.job",
+        "dbqueue.limits",
         "dbqueue.retry",
         "dbqueue.wakeup",
         "dbqueue.poollog",
         "dbqueue.logs",
+        "dbqueue.periodic",
     ),
 }
 

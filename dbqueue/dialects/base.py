@@ -100,6 +100,13 @@ class Dialect(abc.ABC):
         such as ``status = 'running'`` next to ``id IN (…)``, which must not steer the plan."""
         return column
 
+    @abc.abstractmethod
+    def insert_unless_present(self, table: sa.Table) -> sa.Insert:
+        """An INSERT of one row that, when the table already holds a row with the same primary
+        key (or another transaction inserts one and commits), inserts nothing and raises
+        nothing: rowcount 0 instead of a duplicate-key error, which a database may log and
+        which would end the transaction. A periodic tick met by several workers uses it."""
+
     def payload_read(self, column: sa.ColumnElement) -> ColumnElement:
         """The payload column as a claim reads it (decoded by its type's result processing)."""
         return column

@@ -78,6 +78,12 @@ class MySQLDialect(Dialect):
         micros = sa.cast(seconds_expression(seconds) * 1_000_000, sa.BigInteger())
         return sa.func.timestampadd(sa.literal_column("MICROSECOND"), micros, self.now())
 
+    def insert_unless_present(self, table: sa.Table) -> sa.Insert:
+        # INSERT IGNORE: a duplicate key becomes a warning and 0 rows (ON DUPLICATE KEY UPDATE
+        # cannot tell an insert from a no-op: SQLAlchemy's client flag FOUND_ROWS counts both
+        # as 1). It would also turn other errors into warnings; dbqueue validates the values.
+        return sa.insert(table).prefix_with("IGNORE")
+
     def try_lock(self, name: str) -> ColumnElement:
         # GET_LOCK(name, 0): connection-scoped, survives commit and rollback, never waits.
         return sa.func.get_lock(sa.literal(lock_name(name)), sa.literal_column("0"))

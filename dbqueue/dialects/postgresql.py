@@ -52,6 +52,9 @@ class PostgresDialect(Dialect):
         # a batch transaction lives for as long as its handlers run.
         return sa.func.statement_timestamp()
 
+    def insert_unless_present(self, table: sa.Table) -> sa.Insert:
+        return postgresql.insert(table).on_conflict_do_nothing()
+
     def now_plus(self, seconds: float | ColumnElement) -> ColumnElement:
         return self.now() + sa.func.make_interval(0, 0, 0, 0, 0, 0, seconds_expression(seconds))
 

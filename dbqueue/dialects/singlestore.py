@@ -165,6 +165,10 @@ class SingleStoreDialect(Dialect):
         micros = sa.cast(value * 1_000_000, sa.BigInteger())
         return _date_add_microseconds(self.now(), micros)
 
+    def insert_unless_present(self, table: sa.Table) -> sa.Insert:
+        # INSERT IGNORE discards a row whose key exists (SingleStore's INSERT documentation).
+        return sa.insert(table).prefix_with("IGNORE")
+
     def claim_order(self, jobs: sa.Table) -> list[ColumnElement]:
         # AUTO_INCREMENT ids are unique per aggregator, not ordered across them.
         return [jobs.c.priority, jobs.c.run_at, jobs.c.created_at]

@@ -67,6 +67,9 @@ class SQLiteDialect(Dialect):
         modifier = sa.func.printf("%+.6f seconds", seconds_expression(seconds))
         return sa.func.strftime(_CLOCK_FORMAT, "now", modifier)
 
+    def insert_unless_present(self, table: sa.Table) -> sa.Insert:
+        return sqlite.insert(table).on_conflict_do_nothing()  # SQLite >= 3.24
+
     def unindexed(self, column: sa.ColumnElement) -> ColumnElement:
         # Without statistics SQLite prefers an equality on an indexed column (status, in the
         # claim index) over a rowid IN list: the guarded UPDATE of a batch then walks the claim

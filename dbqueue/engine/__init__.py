@@ -7,9 +7,9 @@ claim is made exclusive comes from the strategy, which calls ``runnable()``. Not
 database's name.
 
 The engine is one interface made of small parts, each a class on the shared EngineBase (tables,
-dialect, statement cache): inserts, claims, outcomes, queries, housekeeping, cancels. They are
-combined by inheritance rather than delegation so that a hot-path call costs what it did in one
-class.
+dialect, statement cache): inserts, claims, outcomes, queries, housekeeping, cancels,
+periodic ticks, queue-limit slots. They are combined by inheritance rather than delegation so
+that a hot-path call costs what it did in one class.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ from .claims import Claims
 from .housekeeping import Housekeeping
 from .inserts import Inserts
 from .outcomes import Outcomes
+from .periodic import PeriodicTicks
 from .queries import Queries
 from .records import FailResult, NewJob, QueueStats, truncate
+from .slots import Slots
 
 __all__ = ["CancelRequestRows", "FailResult", "NewJob", "QueueEngine", "QueueStats", "truncate"]
 
 
-class QueueEngine(Outcomes, Inserts, Claims, Queries, Housekeeping, Cancels):
+class QueueEngine(Outcomes, Inserts, Claims, Queries, Housekeeping, Cancels, PeriodicTicks, Slots):
     """Every job-lifecycle statement on one set of queue tables of one database."""

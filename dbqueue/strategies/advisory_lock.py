@@ -11,6 +11,8 @@ lock anyone can take and schedules them for retry.
 from __future__ import annotations
 
 import logging
+import random
+import threading
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Connection
@@ -19,7 +21,7 @@ from ..config import Settings
 from ..dialects import Dialect
 from ..errors import StrategyNotSupportedError
 from ..job import Job
-from ..locks import DatabaseLocks, LockBackend, job_lock_name
+from ..locks import DatabaseLocks, LockBackend, job_lock_name, slot_lock_name
 from .base import ClaimStrategy
 
 if TYPE_CHECKING:
@@ -42,42 +44,112 @@ class LockClaimStrategy(ClaimStrategy):
     def __init__(self, dialect: Dialect, locks: LockBackend, settings: Settings | None) -> None:
         super().__init__(dialect, settings)
         self.locks = locks
+        #: job id → the slot lock its claim took (jobs of limited queues), until released.
+        self._slot_locks: dict[int, str] = {}
+        self._mutex = threading.Lock()
 
     def claim(
         self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
     ) -> list[Job]:
+        return self._claim(conn, engine, queue, limit, worker_id, None) or []
+
+    def claim_limited(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        limit: int,
+        worker_id: str,
+        slots: int,
+    ) -> list[Job] | None:
+        """The slot is a named lock per (queue, slot), taken like the jobs' and held until the
+        job's outcome has committed (``release``). A dead worker's connection takes it along
+        at once, while its job waits for rescue. The holder is written on the slot's row in
+        the claim's transaction, for monitoring. One slot, so one job."""
+        return self._claim(conn, engine, queue, 1, worker_id, slots)
+
+    def _claim(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        limit: int,
+        worker_id: str,
+        slots: int | None,
+    ) -> list[Job] | None:
         namespace = engine.tables.names.qualified_jobs
-        wanted = min(limit * OVERFETCH, MAX_CANDIDATES)
         held: list[str] = []
+        slot: tuple[int, str] | None = None
         try:
             with conn.begin():
-                for page in range(PAGES):
-                    ids = engine.candidate_ids(conn, queue, wanted, offset=page * wanted)
-                    if not ids:
-                        return []
-                    names = {job_id: job_lock_name(namespace, job_id) for job_id in ids}
-                    taken = self.locks.try_acquire(conn, list(names.values()))
-                    locked = [job_id for job_id, ok in zip(ids, taken, strict=True) if ok]
-                    held = [names[i] for i in locked]
-                    if locked:
-                        break
-                    if len(ids) < wanted:
-                        return []
-                else:
-                    return []
-                keep, extra = locked[:limit], locked[limit:]
-                self.locks.release(conn, [names[i] for i in extra])
-                held = [names[i] for i in keep]
-                jobs = engine.claim_ids(conn, keep, worker_id)
+                if slots is not None:
+                    slot = self._take_slot(conn, namespace, queue, slots)
+                    if slot is None:
+                        return None
+                    held.append(slot[1])
+                keep, names = self._lock_candidates(conn, engine, queue, limit, namespace, held)
+                jobs = engine.claim_ids(conn, keep, worker_id) if keep else []
+                if slot is not None and jobs:
+                    engine.record_slot(conn, queue, slot[0], jobs[0].id, worker_id)
         except BaseException:
             # The claim failed — possibly after its COMMIT reached the database: let go of the
             # locks, so that rescue can retry whatever was marked running. (Database locks go
             # with the broken connection anyway; the lock server's would be held for ever.)
             self._let_go(conn, held)
             raise
-        gone = set(keep) - {job.id for job in jobs}
-        self.locks.release(conn, [names[i] for i in gone])
+        gone = [names[i] for i in set(keep) - {job.id for job in jobs}]
+        if slot is not None:
+            if jobs:
+                with self._mutex:
+                    self._slot_locks[jobs[0].id] = slot[1]
+            else:
+                gone.append(slot[1])
+        self.locks.release(conn, gone)
         return jobs
+
+    def _lock_candidates(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        limit: int,
+        namespace: str,
+        held: list[str],
+    ) -> tuple[list[int], dict[int, str]]:
+        """Lock up to ``limit`` runnable jobs; their ids, and the lock names by id. ``held``
+        gets the names of the locks held, so that a failure can let go of them."""
+        wanted = min(limit * OVERFETCH, MAX_CANDIDATES)
+        for page in range(PAGES):
+            ids = engine.candidate_ids(conn, queue, wanted, offset=page * wanted)
+            if not ids:
+                return [], {}
+            names = {job_id: job_lock_name(namespace, job_id) for job_id in ids}
+            taken = self.locks.try_acquire(conn, list(names.values()))
+            locked = [job_id for job_id, ok in zip(ids, taken, strict=True) if ok]
+            held.extend(names[i] for i in locked)
+            if locked:
+                keep, extra = locked[:limit], locked[limit:]
+                self.locks.release(conn, [names[i] for i in extra])
+                for job_id in extra:
+                    held.remove(names[job_id])
+                return keep, names
+            if len(ids) < wanted:
+                return [], {}
+        return [], {}
+
+    def _take_slot(
+        self, conn: Connection, namespace: str, queue: str, slots: int
+    ) -> tuple[int, str] | None:
+        """Try the slots' locks one at a time, from a random one, until one is free: trying
+        them all at once would hold several for a moment, and another worker trying then would
+        find them all taken."""
+        start = random.randrange(slots)
+        for offset in range(slots):
+            number = (start + offset) % slots
+            name = slot_lock_name(namespace, queue, number)
+            if self.locks.try_acquire(conn, [name])[0]:
+                return number, name
+        return None
 
     def claim_ids(
         self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
@@ -105,12 +177,21 @@ class LockClaimStrategy(ClaimStrategy):
 
     def release(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
         namespace = engine.tables.names.qualified_jobs
-        self.locks.release(conn, [job_lock_name(namespace, job.id) for job in jobs])
+        names = [job_lock_name(namespace, job.id) for job in jobs]
+        self.locks.release(conn, names + self._slots_of(jobs))
 
     def release_abandoned(self, engine: QueueEngine, jobs: list[Job], thread_id: int) -> None:
         namespace = engine.tables.names.qualified_jobs
         names = [job_lock_name(namespace, job.id) for job in jobs]
-        self.locks.release_for_thread(thread_id, names)
+        self.locks.release_for_thread(thread_id, names + self._slots_of(jobs))
+
+    def _slots_of(self, jobs: list[Job]) -> list[str]:
+        """The slot locks held for ``jobs`` (of limited queues), forgotten here."""
+        if not self._slot_locks:
+            return []
+        with self._mutex:
+            found = [self._slot_locks.pop(job.id, None) for job in jobs]
+        return [name for name in found if name is not None]
 
     def holds(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> bool:
         namespace = engine.tables.names.qualified_jobs

@@ -49,6 +49,24 @@ class ClaimStrategy(abc.ABC):
         """
 
     @abc.abstractmethod
+    def claim_limited(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        limit: int,
+        worker_id: str,
+        slots: int,
+    ) -> list[Job] | None:
+        """Claim from a queue at most ``slots`` jobs of which may run at once across all
+        workers: first take one of its slots numbered below ``slots``, with this strategy's own
+        kind of lock, held for as long as the claimed job's outcome is uncommitted, then claim
+        at most as many jobs as the slots taken allow. None: every slot is taken (the caller
+        goes on with its other queues, and idles as usual). Called like ``claim``; ``release``
+        gives up the slot with the job's locks.
+        """
+
+    @abc.abstractmethod
     def claim_ids(
         self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
     ) -> list[Job]:

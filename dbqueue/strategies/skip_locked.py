@@ -2,9 +2,10 @@
 
 The claimed rows stay locked by the batch transaction while the handlers run in it, so the
 handlers' writes and the jobs' completion commit together, and a worker that dies takes its
-transaction — and its claim — with it. A plain SELECT … FOR UPDATE is used instead of an
-``UPDATE … SET status = 'running'``: the running state would never be visible outside the
-transaction anyway, and skipping that write saves a row version per job.
+transaction — and its claim — with it (and a limited queue's slot, a row locked the same way).
+A plain SELECT … FOR UPDATE is used instead of an ``UPDATE … SET status = 'running'``: the
+running state would never be visible outside the transaction anyway, and skipping that write
+saves a row version per job.
 """
 
 from __future__ import annotations
@@ -40,6 +41,26 @@ class SkipLockedStrategy(ClaimStrategy):
             "claim:skip_locked", lambda: engine.runnable().with_for_update(skip_locked=True)
         )
         return engine.fetch_jobs(conn, stmt, queue, limit, self.attempt_increment)
+
+    def claim_limited(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        limit: int,
+        worker_id: str,
+        slots: int,
+    ) -> list[Job] | None:
+        """The slot is a row of the slots table, locked like the jobs: ``FOR UPDATE SKIP
+        LOCKED`` in the batch transaction. It is held until that transaction ends — the job's
+        outcome commits, or the worker dies and the database rolls it back, freeing the slot
+        and the job together. One slot, so one job: a batch runs its jobs one after another."""
+        stmt = engine.statement(
+            "slot:skip_locked", lambda: engine.free_slot().with_for_update(skip_locked=True)
+        )
+        if engine.take_slot(conn, stmt, queue, slots) is None:
+            return None
+        return self.claim(conn, engine, queue, 1, worker_id)
 
     def claim_ids(
         self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str

@@ -39,6 +39,21 @@ class SQLiteStrategy(ClaimStrategy):
     ) -> list[Job]:
         return engine.fetch_jobs(conn, engine.runnable(), queue, limit, self.attempt_increment)
 
+    def claim_limited(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        limit: int,
+        worker_id: str,
+        slots: int,
+    ) -> list[Job] | None:
+        """No slot to take: the batch transaction holds the database's one write lock from the
+        claim to the outcome's commit, so one batch runs at a time in the whole database, its
+        jobs one after another — at most one job of any queue runs at once, within every limit.
+        A killed worker's lock vanishes with its process."""
+        return self.claim(conn, engine, queue, limit, worker_id)
+
     def claim_ids(
         self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
     ) -> list[Job]:

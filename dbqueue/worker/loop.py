@@ -42,6 +42,9 @@ SHORT_SLEEP = 0.5
 #: this long, doubling up to EARLY_WAKE_LAST: the job may not have been visible yet.
 EARLY_WAKE_FIRST = 0.005
 EARLY_WAKE_LAST = 1.0
+#: Longest idle sleep after a round that found a limited queue's slots all taken: a slot frees
+#: when a job ends or its worker dies, which nothing pushes.
+SLOTS_FULL_POLL = 1.0
 #: While a queue is empty one idle thread polls for all; the others wait for it to find work
 #: (or for a push), with this long a safety net.
 FOLLOWER_WAIT = 30.0
@@ -59,6 +62,7 @@ class _ThreadState:
     batch: int = 1
     recheck: float = EARLY_WAKE_LAST * 2  # no early wake pending
     polling: bool = False  # this thread is the idle poller
+    slots_full: bool = False  # the last round found a limited queue's slots all taken
 
 
 class ClaimLoop:
@@ -67,6 +71,7 @@ class ClaimLoop:
     context: RuntimeContext
     name: str
     queues: list[str]
+    queue_limits: dict[str, int]
     burst: bool
     batch_size: int
     max_jobs: int | None
@@ -145,7 +150,7 @@ class ClaimLoop:
         try:
             if state.conn is None:
                 state.conn = self._engine.connect()
-            outcome = self._round(state.conn, executor, state.batch, state.turn)
+            outcome = self._round(state, state.conn, executor)
         except SchemaMissingError as exc:
             self._fatal = exc
             self.stop()
@@ -175,6 +180,8 @@ class ClaimLoop:
         """Nothing to claim: one idle thread polls for all, the others wait for it (or a push)."""
         state.batch = 1
         state.polling = state.polling or self._idle_poller.acquire(blocking=False)
+        if state.slots_full:  # look again soon, as a database without push wake-ups would
+            state.idle = min(state.idle, SLOTS_FULL_POLL)
         if state.polling:
             assert state.conn is not None
             timeout = self._idle_timeout(state.conn, state.idle)
@@ -200,23 +207,24 @@ class ClaimLoop:
         return idle if due is None else min(idle, due + 0.001)
 
     def _round(
-        self, conn: Connection, executor: BatchExecutor, batch: int, turn: int
+        self, state: _ThreadState, conn: Connection, executor: BatchExecutor
     ) -> tuple[int, float]:
         """Claim from each queue in turn (starting at a different one each round)."""
         engine = self.context.queue_engine(conn)
         claimed = 0
         started = time.monotonic()
+        state.slots_full = False
         for offset in range(len(self.queues)):
             if self.stopping:
                 break
-            queue = self.queues[(turn + offset) % len(self.queues)]
-            limit = self._reserve(batch)
+            queue = self.queues[(state.turn + offset) % len(self.queues)]
+            limit = self._reserve(state.batch)
             if limit == 0:
                 break
             result: BatchResult | None = None
             committed = False
             try:
-                result = self._claim_and_run(conn, executor, engine, queue, limit)
+                result = self._claim_and_run(conn, executor, engine, queue, limit, state)
                 committed = True
             finally:
                 self._settle(limit, result if committed else None)
@@ -225,17 +233,53 @@ class ClaimLoop:
         return claimed, time.monotonic() - started
 
     def _claim_and_run(
-        self, conn: Connection, executor: BatchExecutor, engine: Any, queue: str, limit: int
+        self,
+        conn: Connection,
+        executor: BatchExecutor,
+        engine: Any,
+        queue: str,
+        limit: int,
+        state: _ThreadState,
     ) -> BatchResult | None:
         strategy = self.strategy
         assert strategy is not None
+        worker_id = executor.worker_id
+        slots = self.queue_limits.get(queue) if self.queue_limits else None
+        if slots is None:
+            return claim_and_run(
+                executor,
+                conn,
+                engine,
+                lambda: strategy.claim(conn, engine, queue, limit, worker_id),
+                lambda: self.stopping,
+            )
         return claim_and_run(
             executor,
             conn,
             engine,
-            lambda: strategy.claim(conn, engine, queue, limit, executor.worker_id),
+            lambda: self._claim_limited(conn, engine, queue, limit, slots, state, worker_id),
             lambda: self.stopping,
         )
+
+    def _claim_limited(
+        self,
+        conn: Connection,
+        engine: Any,
+        queue: str,
+        limit: int,
+        slots: int,
+        state: _ThreadState,
+        worker_id: str,
+    ) -> list[Any]:
+        """A limited queue's claim: a slot first (the strategy's kind of lock), then as many
+        jobs as the slot allows. All slots taken: nothing, and the thread notes it so that its
+        idle wait stays short (a slot frees without any push: a job ends, a holder dies)."""
+        assert self.strategy is not None
+        jobs = self.strategy.claim_limited(conn, engine, queue, limit, worker_id, slots)
+        if jobs is None:
+            state.slots_full = True
+            return []
+        return jobs
 
     # ---- helpers ------------------------------------------------------------------------------
     def _after_error(self, exc: Exception, failures: int, lost: bool = False) -> None:

@@ -104,13 +104,14 @@ class AbandonedThreads:
         record = executor.record_cancelled if cancelled else executor.record_failure
         worker_id = f"{self.name}:{slot.index}"
         others = [other for other in slot.batch if other is not job]
+        changed = 0
         for attempt in range(5):
             try:
                 with self._engine.connect() as conn:
                     engine = self.context.queue_engine(conn)
                     committed = not self.strategy.claims_in_transaction
                     with conn.begin():
-                        record(
+                        changed = record(
                             conn,
                             engine,
                             job,
@@ -127,6 +128,8 @@ class AbandonedThreads:
                     raise
                 log.warning("recording the timed-out job failed (%s); retrying", _first_line(exc))
                 time.sleep(0.5 * (attempt + 1))
+        if not changed:  # the thread recorded it itself before it was given up on: counted there
+            return
         with self._lock:
             if cancelled:
                 self.summary.cancelled += 1

@@ -8,23 +8,28 @@ import queue as queue_module
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Engine
 
 from .. import dialects
+from ..errors import ConfigurationError
 from ..identifiers import check_queue_name
+from ..limits import check_queue_limits
 from ..maintenance import Maintenance, MaintenanceSettings
 from ..pubsub import subscription_problems
 from ..runtime import RuntimeContext
 from ..wakeup import Notifier, WakeSignal
+from ..wakeups import CommitWaker
 from .cancels import CancelPoller
 from .joblog import JobLogWriter
 from .loop import ClaimLoop
 from .process import SignalHandlers, positive_int, positive_seconds
+from .queue_slots import prepare_slots
 from .recovery import AbandonedThreads
+from .scheduler import Scheduler
 from .watchdog import CANCEL_NOTICE, DEFAULT_TIMEOUT_GRACE, Slot, Watchdog
 
 if TYPE_CHECKING:
@@ -81,6 +86,10 @@ class Worker(ClaimLoop, AbandonedThreads):
         JobCancelledError is raised in its thread (default 1 s). log_jobs: one INFO line per
         finished job on logger ``dbqueue.jobs`` (task, job_id, queue, attempt, outcome,
         duration_ms; default DBQUEUE_LOG_JOBS, else off).
+        periodic: enqueue the ticks of the App's periodic schedules (one thread; each tick
+        exactly once across workers; not in burst mode). queue_limits: queue → N, at most N
+        jobs of that queue running at once across all workers (added to the App's
+        ``app.queue(name, concurrency=N)``, and winning over them).
     """
 
     def __init__(
@@ -99,19 +108,21 @@ class Worker(ClaimLoop, AbandonedThreads):
         lock_server: str | None = None,
         maintenance: bool = True,
         maintenance_settings: MaintenanceSettings | None = None,
+        periodic: bool = True,
         install_signal_handlers: bool = True,
         name: str | None = None,
         job_timeout: float | None = None,
         timeout_grace: float = DEFAULT_TIMEOUT_GRACE,
         cancel_notice: float = CANCEL_NOTICE,
         log_jobs: bool | None = None,
+        queue_limits: Mapping[str, int] | None = None,
     ) -> None:
         base = app if isinstance(app, RuntimeContext) else app.context
         self.context = base.reconfigured(
             strategy=strategy, lock_server=lock_server, notify_server=lock_server
         )
         self.settings = self.context.settings
-        self.queues = self._resolve_queues(queues)
+        self.queues, self.queue_limits = self._resolve_queues(queues, queue_limits)
         self.concurrency = positive_int("concurrency", concurrency)
         self.batch_size = positive_int("batch_size", batch_size)
         self.burst = burst
@@ -121,6 +132,8 @@ class Worker(ClaimLoop, AbandonedThreads):
         self.min_poll_interval = positive_seconds("min_poll_interval", min_poll_interval)
         self.run_maintenance = maintenance and not burst
         self.maintenance_settings = maintenance_settings or self.context.maintenance_settings
+        self.run_periodic = periodic and not burst
+        self.scheduler: Scheduler | None = None
         self.install_signal_handlers = install_signal_handlers
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.job_timeout = positive_seconds(
@@ -218,6 +231,7 @@ class Worker(ClaimLoop, AbandonedThreads):
                 "run; every other job claimed will fail as unknown"
             )
         self._warn_about_subscriptions()
+        prepare_slots(self.context, self._engine, self.queue_limits)
         self.notifier = self.context.notifier(self.strategy, self._engine)
         if self.poll_interval is None:
             settings = self.settings
@@ -237,6 +251,8 @@ class Worker(ClaimLoop, AbandonedThreads):
                 f"{self.name}:maintenance",
             )
             self.maintenance.start()
+        if self.run_periodic:
+            self._start_scheduler()
         log.info(
             "worker %s on %s: strategy %s, queues %s, concurrency %d, %s",
             self.name,
@@ -246,6 +262,23 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.concurrency,
             "push wake-ups" if self.notifier.pushes else "polling",
         )
+
+    def _start_scheduler(self) -> None:
+        """The periodic-jobs thread, when the App declares schedules (a schedule whose task
+        cannot be resolved stops the start-up here, naming the fix)."""
+        assert self._engine is not None
+        schedules = self.context.registry.schedules.resolved(self.context.registry)
+        if not schedules:
+            return
+        waker = CommitWaker(self.context)
+        self.scheduler = Scheduler(
+            self.context,
+            self._engine,
+            schedules,
+            lambda queue, job_id: waker.after_commit(None, [queue]),
+        )
+        self.scheduler.start()
+        log.info("periodic: %s", ", ".join(f"{s.name} ({s.cron})" for s in schedules))
 
     def _warn_about_subscriptions(self) -> None:
         """Subscribers with no subscription row, subscriptions nothing can deliver: said at
@@ -300,6 +333,8 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.cancel_poller.stop()
         if self.watchdog is not None:
             self.watchdog.stop()
+        if self.scheduler is not None:
+            self.scheduler.stop()
         self.context.cancel_requests().close()
         if self.maintenance is not None:
             self.maintenance.stop()
@@ -310,14 +345,28 @@ class Worker(ClaimLoop, AbandonedThreads):
         if self._engine is not None:
             self._engine.dispose()
 
-    def _resolve_queues(self, queues: Sequence[str] | None) -> list[str]:
+    def _resolve_queues(
+        self, queues: Sequence[str] | None, limits: Mapping[str, int] | None
+    ) -> tuple[list[str], dict[str, int]]:
+        """The queues to consume, and the limits among them: the App's (``app.queue``), then
+        the worker's own (``queue_limits`` / ``--queue-limit``), which win."""
+        declared = self.context.registry.queue_limits
+        given = check_queue_limits(limits or {})
         if queues:
             chosen = list(dict.fromkeys(queues))
         else:
-            chosen = list(
-                dict.fromkeys([self.context.default_queue, *self.context.registry.queues()])
+            registered = [*self.context.registry.queues(), *declared, *given]
+            chosen = list(dict.fromkeys([self.context.default_queue, *sorted(registered)]))
+        chosen = [check_queue_name(q) for q in chosen]
+        stray = [queue for queue in given if queue not in chosen]
+        if stray:
+            raise ConfigurationError(
+                f"queue_limits / --queue-limit name queue(s) this worker does not consume: "
+                f"{', '.join(stray)} (it consumes {', '.join(chosen)}): add them to its queues "
+                "(--queue), or drop their limits"
             )
-        return [check_queue_name(q) for q in chosen]
+        merged = {**declared, **given}
+        return chosen, {queue: merged[queue] for queue in chosen if queue in merged}
 
     def _signals(self) -> SignalHandlers:
         return SignalHandlers(self if self.install_signal_handlers else None)
