@@ -142,9 +142,11 @@ class Dialect(abc.ABC):
         """How this database tells idle workers that jobs arrived (default: it cannot)."""
         return PollingOnly()
 
-    def announce(self, conn: Connection, channel: str, message: str) -> None:
-        """Send ``message`` on ``channel`` when ``conn``'s transaction commits, where the
-        database can push (default: it cannot; listeners poll)."""
+    def announcement(self) -> sa.Executable | None:
+        """A statement sending the text bound as ``message`` on the channel bound as
+        ``channel`` when its transaction commits, where the database can push (default: it
+        cannot, None; listeners poll)."""
+        return None
 
     def finish_listener(
         self, engine: Engine, channel: str, on_finished: Callable[[list[int] | None], None]

@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..sqltypes import JsonText, NativeJson
@@ -107,8 +107,9 @@ class PostgresDialect(Dialect):
     def notifier(self, engine: Engine, channel: str) -> Notifier:
         return PgNotifier(engine, channel)
 
-    def announce(self, conn: Connection, channel: str, message: str) -> None:
-        conn.execute(sa.select(sa.func.pg_notify(channel, message)))
+    def announcement(self) -> sa.Executable | None:
+        channel, message = (sa.bindparam(name, type_=sa.Text()) for name in ("channel", "message"))
+        return sa.select(sa.func.pg_notify(channel, message))
 
     def finish_listener(
         self, engine: Engine, channel: str, on_finished: Callable[[list[int] | None], None]

@@ -60,7 +60,16 @@ class EngineBase:
     def announce_finished(self, conn: Connection, job_ids: Sequence[int]) -> None:
         """Tell the callers waiting for these jobs (``app.call``) that they finished, where the
         database can push (PostgreSQL: a NOTIFY, delivered when the transaction commits)."""
-        self.dialect.announce(conn, self.tables.names.qualified_jobs, finished_notice(job_ids))
+        stmt = self.statement("announce", self._announcement)
+        if stmt is not False:  # precompiled: a call's round trip waits for it
+            channel = self.tables.names.qualified_jobs
+            self.compiled(stmt).rowcount(
+                conn, {"channel": channel, "message": finished_notice(job_ids)}
+            )
+
+    def _announcement(self) -> Any:
+        found = self.dialect.announcement()
+        return False if found is None else found  # False: remembered, the database has none
 
     def _claimed_by(self, worker_id: str | None) -> list[sa.ColumnElement]:
         """The fence of an outcome or a release: only rows this worker claimed, if given."""

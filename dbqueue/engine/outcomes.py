@@ -23,6 +23,12 @@ def _id_names(size: int) -> tuple[str, ...]:
     return tuple(f"id_{i}" for i in range(size))
 
 
+@functools.cache
+def _result_names(size: int) -> tuple[str, ...]:
+    """Bind names of a completion's results: ``result_0`` … (NULL for a job that has none)."""
+    return tuple(f"result_{i}" for i in range(size))
+
+
 class Outcomes(Inserts):
     """Extends Inserts: a dead job's dead-letter job is inserted in the same transaction."""
 
@@ -66,17 +72,24 @@ class Outcomes(Inserts):
         if fenced:
             params["claimed_by"] = claimed_by
         ids = [job.id for job, _ in done]
-        if not results and not messages:
+        size = len(ids)
+        if not messages:
             # One statement per batch length, ids as separate parameters: compiled in advance.
-            size = len(ids)
-            stmt = self.statement(
-                f"complete:{fenced}:{size}",
-                lambda: self._build_complete(fenced, self._id_list(size)),
-            )
+            # Results (rarer) get one of their own: a CASE arm per job, NULL for those without.
+            if not results:
+                stmt = self.statement(
+                    f"complete:{fenced}:{size}",
+                    lambda: self._build_complete(fenced, self._id_list(size)),
+                )
+            else:
+                stmt = self.statement(
+                    f"complete:results:{fenced}:{size}", lambda: self._build_results(fenced, size)
+                )
+                params.update(zip(_result_names(size), map(results.get, ids), strict=True))
             params.update(zip(_id_names(size), ids, strict=True))
             changed = self.compiled(stmt).rowcount(conn, params)
         else:
-            # Handlers that return something: one CASE arm per value (built per batch).
+            # Messages (webhook deliveries, the seed's workers): one CASE arm per value.
             j = self.jobs
             params["ids"] = ids
             stmt = self._build_complete(
@@ -104,6 +117,20 @@ class Outcomes(Inserts):
             bound = sa.bindparam(None, value, type_=type_)
             arms[job_id] = wrap(bound) if wrap is not None else bound
         return sa.case(arms, value=self.jobs.c.id, else_=sa.null())
+
+    def _build_results(self, fenced: bool, size: int) -> sa.Update:
+        """The batch completion that also stores results: ``CASE WHEN id = :id_0 THEN
+        :result_0 …`` over the same id parameters as the IN list."""
+        j = self.jobs
+        arms = [
+            (
+                j.c.id == sa.bindparam(name, type_=j.c.id.type),
+                self.dialect.json_value(sa.bindparam(result, type_=j.c.result.type)),
+            )
+            for name, result in zip(_id_names(size), _result_names(size), strict=True)
+        ]
+        result = sa.case(*arms, else_=sa.null())
+        return self._build_complete(fenced, self._id_list(size), result=result)
 
     def _id_list(self, size: int) -> sa.ColumnElement:
         id_type = self.jobs.c.id.type
