@@ -42,7 +42,6 @@ REVIEWED = {
         "PRAGMA takes no parameters; the value is an int constant"
     ),
     ("dialects/sqlite.py", 'cursor.execute("PRAGMA journal_mode = WAL")'): "constant",
-    ("dialects/sqlite.py", 'execute("BEGIN IMMEDIATE" if write else "BEGIN")'): "constants",
     ("dialects/singlestore.py", 'cursor.execute("SELECT @@memsql_version")'): (
         "constant: no Core construct for a system variable"
     ),
