@@ -142,10 +142,6 @@ class TaskRegistry:
     def is_empty(self) -> bool:
         return not self._tasks and not self._subscribers and self.catch_all is None
 
-    def has_timeouts(self) -> bool:
-        definitions = [*self._tasks.values(), *self._subscribers.values(), self.catch_all]
-        return any(d is not None and d.timeout is not None for d in definitions)
-
     def queues(self) -> list[str]:
         definitions = [*self._tasks.values(), *self._subscribers.values()]
         return sorted({d.queue for d in definitions if d.queue is not None})
