@@ -79,7 +79,7 @@ def test_the_printed_ddl_creates_working_tables_on_postgresql(postgresql):
         publication_id = app.publish(None, "pedido_criado", {"pedido": 1})
         app.run_worker(burst=True, poll_interval=0.02, install_signal_handlers=False)
         assert sorted(done) == ["assinante", "faturar"]
-        assert app.get_job(job_id)["message"] == "faturado"
+        assert app.get_job(job_id)["result"] == "faturado"
         assert app.get_job(publication_id)["message"].endswith(": assinante")
     finally:
         app.engine.dispose()
