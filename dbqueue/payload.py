@@ -44,15 +44,22 @@ def encode(payload: Any, max_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES) -> E
                 "lists, strings, numbers, booleans and None (convert dates to ISO strings, "
                 "Decimals to str, objects to dicts)."
             ) from None
-    # A code point is at most 4 bytes of UTF-8: only a text that could be over is measured.
-    if max_bytes is not None and len(text) * 4 > max_bytes:
-        size = len(text.encode("utf-8"))
-        if size > max_bytes:
-            raise PayloadError(
-                f"payload is {size} bytes, over the limit of {max_bytes} bytes: store large data "
-                "in your own table and enqueue its key, or raise max_payload_bytes on the App."
-            )
+    size = size_over(text, max_bytes)
+    if size is not None:
+        raise PayloadError(
+            f"payload is {size} bytes, over the limit of {max_bytes} bytes: store large data "
+            "in your own table and enqueue its key, or raise max_payload_bytes on the App."
+        )
     return EncodedPayload(text)
+
+
+def size_over(text: str, max_bytes: int | None) -> int | None:
+    """The UTF-8 size of ``text`` if it is over ``max_bytes`` (None: within, or no limit).
+    A code point is at most 4 bytes: only a text that could be over is measured."""
+    if max_bytes is None or len(text) * 4 <= max_bytes:
+        return None
+    size = len(text.encode("utf-8"))
+    return size if size > max_bytes else None
 
 
 def payload_hash(encoded: str) -> str:

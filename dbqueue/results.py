@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .errors import AttemptFailed, PayloadError
-from .payload import EncodedPayload, _locate, encode
+from .payload import EncodedPayload, _locate, encode, size_over
 
 
 class Message(str):
@@ -41,15 +41,13 @@ def encode_result(value: Any, max_bytes: int | None) -> EncodedPayload | Message
             "list, dict, str, number, bool or None (convert sets to lists, dates to ISO "
             "strings, Decimals to str, objects to dicts)"
         ) from None
-    # A code point is at most 4 bytes of UTF-8: only a text that could be over is measured.
-    if max_bytes is not None and len(text) * 4 > max_bytes:
-        size = len(text.encode("utf-8"))
-        if size > max_bytes:
-            raise AttemptFailed(
-                f"the handler's result is {size} bytes, over the limit of {max_bytes} bytes "
-                "(max_payload_bytes, which results share with payloads): store large results "
-                "in your own table and return their key"
-            )
+    size = size_over(text, max_bytes)
+    if size is not None:
+        raise AttemptFailed(
+            f"the handler's result is {size} bytes, over the limit of {max_bytes} bytes "
+            "(max_payload_bytes, which results share with payloads): store large results "
+            "in your own table and return their key"
+        )
     return text
 
 
