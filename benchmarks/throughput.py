@@ -250,6 +250,29 @@ def run(
     }
 
 
+def alternate_modes(
+    app: Any,
+    engine: Any,
+    url: str,
+    jobs: int,
+    rounds: int,
+    options: list[str],
+    modes: dict[str, tuple[str, ...]],
+) -> dict[str, list[float]]:
+    """Each round drains a freshly filled table once per mode (extra worker options), in
+    alternating order, so that drift on the machine weighs on every mode alike: jobs/s per mode."""
+    rates: dict[str, list[float]] = {mode: [] for mode in modes}
+    for index in range(rounds):
+        for mode in sorted(modes, reverse=index % 2 == 1):
+            empty(app, engine)
+            app.enqueue_many(engine, [{"task": "noop", "payload": {"n": i}} for i in range(jobs)])
+            analyze(app, engine)
+            report = run_worker_process(url, *options, *modes[mode])
+            assert report["succeeded"] == jobs, report
+            rates[mode].append(report["succeeded"] / report["seconds"])
+    return rates
+
+
 def job_log_cost(
     database: str,
     jobs: int,
@@ -265,17 +288,8 @@ def job_log_cost(
     options = ["--burst", "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
     options += ["--log-format", "json", "--prefix", prefix]
     modes: dict[str, tuple[str, ...]] = {"off": (), "on": ("--log-jobs",)}
-    rates: dict[str, list[float]] = {mode: [] for mode in modes}
     try:
-        for index in range(rounds):
-            for mode in sorted(modes, reverse=index % 2 == 1):
-                empty(app, engine)
-                app.enqueue_many(
-                    engine, [{"task": "noop", "payload": {"n": i}} for i in range(jobs)]
-                )
-                analyze(app, engine)
-                report = run_worker_process(url, *options, *modes[mode])
-                rates[mode].append(report["succeeded"] / report["seconds"])
+        rates = alternate_modes(app, engine, url, jobs, rounds, options, modes)
     finally:
         engine.dispose()
     off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
@@ -314,22 +328,12 @@ def limit_cost(
         "unlimited": (),
         "limited": ("--queue-limit", f"default={limit}"),
     }
-    rates: dict[str, list[float]] = {mode: [] for mode in modes}
     server = lock_server(url, prefix) if strategy == "lock_server" else contextlib.nullcontext()
     try:
         with server as address:
             if address:
                 options += ["--lock-server", address]
-            for index in range(rounds):
-                for mode in sorted(modes, reverse=index % 2 == 1):
-                    empty(app, engine)
-                    app.enqueue_many(
-                        engine, [{"task": "noop", "payload": {"n": i}} for i in range(jobs)]
-                    )
-                    analyze(app, engine)
-                    report = run_worker_process(url, *options, *modes[mode])
-                    assert report["succeeded"] == jobs, report
-                    rates[mode].append(report["succeeded"] / report["seconds"])
+            rates = alternate_modes(app, engine, url, jobs, rounds, options, modes)
     finally:
         engine.dispose()
     unlimited, limited = statistics.median(rates["unlimited"]), statistics.median(rates["limited"])
