@@ -203,9 +203,7 @@ class Backend:
         pending: list[dict[str, Any]] = []
         for _ in range(rounds):
             self.run_worker(app, **options)
-            pending = [
-                j for j in self.jobs() if j["status"] in ("available", "running", "blocked")
-            ]
+            pending = [j for j in self.jobs() if j["status"] in ("available", "running", "blocked")]
             if not pending:
                 return
             time.sleep(0.05)
