@@ -235,8 +235,8 @@ class HandlerCalls:
         value = None
         job = group[0]
         if not watchdog.arm(slot, job, timeout, group):
-            asked = next(j for j in group if j._cancel_requested_at is not None)
-            raise _Cancelled(cancel_message(asked, ran=False), ran=False)
+            first = next(j for j in group if j._cancel_requested_at is not None)
+            raise _Cancelled(cancel_message(first, ran=False), ran=False)
         try:
             try:
                 value = call()
