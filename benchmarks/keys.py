@@ -144,12 +144,17 @@ def describe(result: dict[str, Any]) -> str:
     lines = [
         f"keys, {result['database']} ({result['server']}; one worker process, concurrency "
         f"{result['concurrency']}, batch {result['batch_size']}; medians of {result['rounds']} "
-        "rounds)",
-        f"  head of line: {result['jobs']} unkeyed no-op jobs with no keyed job "
-        f"{hol['no_keyed_jobs_per_s']} jobs/s, behind one running key with {result['blocked']} "
-        f"jobs waiting {hol['behind_busy_key_jobs_per_s']} jobs/s, ratio "
-        f"{hol['head_of_line_ratio']} (target >= 0.8); per round {hol['per_round']}",
+        "rounds)"
     ]
+    if hol is not None:
+        lines.append(
+            f"  head of line: {result['jobs']} unkeyed no-op jobs with no keyed job "
+            f"{hol['no_keyed_jobs_per_s']} jobs/s, behind one running key with {result['blocked']} "
+            f"jobs waiting {hol['behind_busy_key_jobs_per_s']} jobs/s, ratio "
+            f"{hol['head_of_line_ratio']} (target >= 0.8); per round {hol['per_round']}"
+        )
+    if cost is None:
+        return "\n".join(lines)
     for what, label in (
         ("enqueue_single", "enqueue, one per transaction"),
         ("enqueue_many", "enqueue_many"),
@@ -174,6 +179,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prefix", default=KEYS_PREFIX)
+    parser.add_argument("--only", choices=("head-of-line", "cost"), help="run one part")
     args = parser.parse_args()
     os.chdir(HERE.parent)
     options = ["--burst", "--concurrency", str(args.concurrency)]
@@ -188,12 +194,13 @@ def main() -> None:
         "concurrency": args.concurrency,
         "batch_size": args.batch_size,
         "rounds": args.rounds,
-        "head_of_line": head_of_line(args, options),
-        "cost": key_cost(args, options),
+        "head_of_line": head_of_line(args, options) if args.only != "cost" else None,
+        "cost": key_cost(args, options) if args.only != "head-of-line" else None,
     }
     print(machine())
     print(describe(result))
-    print(f"saved {save(f'keys-{args.database}', result)}")
+    suffix = f"-{args.only}" if args.only else ""
+    print(f"saved {save(f'keys-{args.database}{suffix}', result)}")
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ class SQLiteDialect(Dialect):
         keys = [column.name for column in table.primary_key]
         return stmt.on_conflict_do_update(
             index_elements=keys, set_={counter: table.c[counter] + stmt.excluded[counter]}
-        ).returning(table.c[counter])
+        )
 
     def unindexed(self, column: sa.ColumnElement) -> ColumnElement:
         # Without statistics SQLite prefers an equality on an indexed column (status, in the

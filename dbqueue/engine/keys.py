@@ -32,15 +32,22 @@ from sqlalchemy.engine import Connection
 from ..job import Job, Status
 from .base import EngineBase
 
+#: Keys per multi-row upsert (4 parameters each, far below every driver's limit).
+_UPSERT_ROWS = 2_000
+
 
 class Keys(EngineBase):
     def take_places(self, conn: Connection, queue: str, key: str, count: int) -> int:
         """Add ``count`` places to the key's line; the last one's number. The places are
         ``last - count + 1 … last``; the key was idle iff ``last == count``."""
         params = {"queue": queue, "key": key, "count": count}
-        stmt = self.statement("keys:place", self._build_place)
         if self.dialect.counter_returned:
+            stmt = self.statement(
+                "keys:place:returning",
+                lambda: self._build_place().returning(self.tables.keys.c.last_seq),
+            )
             return int(self.compiled(stmt).raw_rows(conn, params)[0][0])
+        stmt = self.statement("keys:place", self._build_place)
         self.compiled(stmt).rowcount(conn, params)
         read = self.statement("keys:last", self._build_last)
         return int(self.compiled(read).raw_rows(conn, params)[0][0])
@@ -72,21 +79,85 @@ class Keys(EngineBase):
         counts: dict[tuple[str, str], int] = {}
         for line in lines:
             counts[line] = counts.get(line, 0) + 1
-        next_place = {}
-        for line in sorted(counts):
-            count = counts[line]
-            next_place[line] = self.take_places(conn, line[0], line[1], count) - count + 1
+        if len(counts) == 1:
+            (((queue, key), count),) = counts.items()
+            last = {(queue, key): self.take_places(conn, queue, key, count)}
+        else:
+            last = self._take_many(conn, counts)
+        next_place = {line: last[line] - count + 1 for line, count in counts.items()}
         places = []
         for line in lines:
             places.append(next_place[line])
             next_place[line] += 1
         return places
 
+    def _take_many(
+        self, conn: Connection, counts: dict[tuple[str, str], int]
+    ) -> dict[tuple[str, str], int]:
+        """``take_places`` for many keys with one multi-row upsert per chunk, in sorted order."""
+        k = self.tables.keys
+        found: dict[tuple[str, str], int] = {}
+        lines = sorted(counts)
+        for first in range(0, len(lines), _UPSERT_ROWS):
+            chunk = lines[first : first + _UPSERT_ROWS]
+            rows = [
+                {
+                    "queue": q,
+                    "key": key,
+                    "last_seq": counts[(q, key)],
+                    "created_at": self.dialect.now(),
+                }
+                for q, key in chunk
+            ]
+            stmt = self.dialect.add_to_counter(k, "last_seq").values(rows)
+            if self.dialect.counter_returned:
+                result = conn.execute(stmt.returning(k.c.queue, k.c["key"], k.c.last_seq))
+            else:
+                conn.execute(stmt)
+                result = conn.execute(
+                    sa.select(k.c.queue, k.c["key"], k.c.last_seq).where(
+                        k.c["key"].in_({key for _, key in chunk}),
+                        k.c.queue.in_({q for q, _ in chunk}),
+                    )
+                )
+            found.update(((q, key), int(last)) for q, key, last in result)
+        return found
+
     # ---- the head's end -----------------------------------------------------------------------
     def release_keys(self, conn: Connection, jobs: Iterable[Job]) -> None:
-        for job in jobs:
-            if job.key is not None and job.key_seq is not None:
-                self.release_key(conn, job.queue, job.key, job.key_seq, job.id)
+        """Release the keys these jobs (heads of their lines) held: one DELETE for all the
+        idle keys (the common case), then the lines someone joined, one by one."""
+        heads = [job for job in jobs if job.key is not None and job.key_seq is not None]
+        if len(heads) == 1:
+            job = heads[0]
+            self.release_key(conn, job.queue, job.key, job.key_seq, job.id)  # type: ignore[arg-type]
+            return
+        if not heads:
+            return
+        size = len(heads)
+        stmt = self.statement(f"keys:drop_many:{size}", lambda: self._build_drop_many(size))
+        params: dict[str, Any] = {}
+        for i, job in enumerate(heads):
+            params.update({f"q_{i}": job.queue, f"k_{i}": job.key, f"s_{i}": job.key_seq})
+        if self.compiled(stmt).rowcount(conn, params) == size:
+            return
+        for job in heads:  # a line whose row is gone was idle: nothing to do for it
+            self._promote_next(conn, job.queue, job.key, job.id)  # type: ignore[arg-type]
+
+    def _build_drop_many(self, size: int) -> sa.Delete:
+        k = self.tables.keys
+        return sa.delete(k).where(
+            sa.or_(
+                *(
+                    sa.and_(
+                        k.c.queue == sa.bindparam(f"q_{i}", type_=k.c.queue.type),
+                        k.c["key"] == sa.bindparam(f"k_{i}", type_=k.c["key"].type),
+                        k.c.last_seq == sa.bindparam(f"s_{i}", type_=sa.BigInteger()),
+                    )
+                    for i in range(size)
+                )
+            )
+        )
 
     def release_key(
         self, conn: Connection, queue: str, key: str, seq: int, job_id: int
@@ -97,6 +168,11 @@ class Keys(EngineBase):
         drop = self.statement("keys:drop_if_last", self._build_drop_if_last)
         if self.compiled(drop).rowcount(conn, params):
             return None  # the common case: nobody waits
+        return self._promote_next(conn, queue, key, job_id)
+
+    def _promote_next(self, conn: Connection, queue: str, key: str, job_id: int) -> int | None:
+        """Someone joined the line of a head that ended: make the next blocked job available
+        (or delete the key's row if every one was cancelled); its id, or None."""
         k, j = self.tables.keys, self.jobs
         where = [k.c.queue == queue, k.c["key"] == key]
         # Someone joined the line: lock the key's row (enqueues of the key now wait), then look.
