@@ -98,22 +98,19 @@ class Keys(EngineBase):
         k = self.tables.keys
         found: dict[tuple[str, str], int] = {}
         lines = sorted(counts)
+        # executemany of the one-row statement (compiled once): SQLAlchemy sends it as
+        # multi-row VALUES, in this order, with RETURNING where the database has it.
         for first in range(0, len(lines), _UPSERT_ROWS):
             chunk = lines[first : first + _UPSERT_ROWS]
-            rows = [
-                {
-                    "queue": q,
-                    "key": key,
-                    "last_seq": counts[(q, key)],
-                    "created_at": self.dialect.now(),
-                }
-                for q, key in chunk
-            ]
-            stmt = self.dialect.add_to_counter(k, "last_seq").values(rows)
+            rows = [{"queue": q, "key": key, "count": counts[(q, key)]} for q, key in chunk]
             if self.dialect.counter_returned:
-                result = conn.execute(stmt.returning(k.c.queue, k.c["key"], k.c.last_seq))
+                stmt = self.statement(
+                    "keys:place_many:returning",
+                    lambda: self._build_place().returning(k.c.queue, k.c["key"], k.c.last_seq),
+                )
+                result = conn.execute(stmt, rows)
             else:
-                conn.execute(stmt)
+                conn.execute(self.statement("keys:place", self._build_place), rows)
                 result = conn.execute(
                     sa.select(k.c.queue, k.c["key"], k.c.last_seq).where(
                         k.c["key"].in_({key for _, key in chunk}),
