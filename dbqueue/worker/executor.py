@@ -35,7 +35,8 @@ from ..results import encode_result
 from ..retry import BACKOFF, Requested
 from ..runtime import RuntimeContext
 from ..strategies import ClaimStrategy
-from ..tasks import Handler
+from ..tasks import Handler, TenantHandler
+from ..tenants import bind as bind_tenant
 from ..wakeup import Notifier
 from .finished import FinishedJobs
 from .joblog import JobLog
@@ -162,6 +163,8 @@ class BatchExecutor:
         self.run_job = self.run_one if job_log is None else job_log.timed(self.run_one)
         #: Awaited jobs (app.call) whose end is pushed after the commit (the lock server).
         self.finished = FinishedJobs(notifier, context.names.qualified_jobs)
+        #: Where handlers registered with tenant_database=True find the job's tenant database.
+        self.tenants = context.tenants
 
     # ---- in-transaction claims ----------------------------------------------------------------
     def execute(
@@ -304,7 +307,9 @@ class BatchExecutor:
         self.finished.drop()
         self._watch(conn, jobs)
         for job in jobs:
-            if should_stop():
+            # A job that used a tenant database ends its batch: its tenant commit is then
+            # immediately followed by the batch's (the job's completion) commit.
+            if should_stop() or session.tenant_used:
                 unstarted.append(job)  # never started: given back untouched
                 continue
             ran.started.append(job)
@@ -371,6 +376,8 @@ class BatchExecutor:
                 f"{job.payload.error}; the row was probably written by hand: fix its payload "
                 "column and requeue it",
             )
+        if isinstance(handler, TenantHandler):
+            handler = bind_tenant(self.tenants, handler, session)
         try:
             if self.watchdog is None:
                 value = handler(job, session)
