@@ -54,7 +54,9 @@ def test_a_job_for_a_tenant_writes_only_to_that_tenants_database(database, tenan
     assert (summary.succeeded, summary.failed) == (6, 0)
     for tenant, url in tenant_urls.items():
         assert rows(url) == [(i, str(tenant), 1) for i in ids[tenant]]
-    assert seen == {i: name for t, name in zip((1, 2, 3), (PG_A, PG_B, MARIA)) for i in ids[t]}
+    assert seen == {
+        i: name for t, name in zip((1, 2, 3), (PG_A, PG_B, MARIA), strict=True) for i in ids[t]
+    }
     assert database.effect_ids() == sorted(i for group in ids.values() for i in group)
 
 

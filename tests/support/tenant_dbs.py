@@ -7,9 +7,11 @@ apart.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import sqlalchemy as sa
+
 from support.backends import MYSQL_URL, POSTGRESQL_URL
 
 BASE = os.environ.get("DBQUEUE_TEST_PREFIX", "dbqt_")
@@ -37,10 +39,9 @@ def postgresql_databases(names: list[str]) -> dict[str, str]:
             have = set(conn.scalars(sa.text("SELECT datname FROM pg_database")))
             for name in names:
                 if name not in have:
-                    try:
+                    # ProgrammingError: created meanwhile by another run
+                    with contextlib.suppress(sa.exc.ProgrammingError):
                         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-                    except sa.exc.ProgrammingError:  # created meanwhile by another run
-                        pass
     finally:
         admin.dispose()
     urls = {name: url_on(POSTGRESQL_URL, name) for name in names}
