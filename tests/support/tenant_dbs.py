@@ -77,7 +77,8 @@ def mysql_databases(names: list[str]) -> dict[str, str]:
                     conn.execute(sa.text(f"DELETE FROM `{name}`.notes"))
     finally:
         engine.dispose()
-    return {name: url_on(MYSQL_URL, name) for name in names}
+    # ssl_disabled: pymysql ≥ 1.2 builds a TLS context per connection (~0.2 s of CPU here).
+    return {name: url_on(MYSQL_URL, name) + "?ssl_disabled=true" for name in names}
 
 
 def _fresh_notes(url: str) -> None:
