@@ -67,6 +67,13 @@ class _Bounded(QueueHandler):
             self.shipper.count(dropped=1)
 
 
+class _Listener(QueueListener):
+    """Its stop waits for room for the end marker: the queue may be full when it stops."""
+
+    def enqueue_sentinel(self) -> None:
+        self.queue.put(self._sentinel)
+
+
 class LokiShipper:
     """The root logger's records → Loki, from ``start`` to ``stop``. ``sent`` and
     ``dropped`` count records."""
@@ -99,7 +106,7 @@ class LokiShipper:
             self, url=self.url, tags={"env": env, "service": "dbqueue"}, timeout=timeout
         )
         self._batcher = LokiBatchHandler(interval, capacity=batch_size, target=self._pusher)
-        self._listener = QueueListener(records, self._batcher)
+        self._listener = _Listener(records, self._batcher)
         self.handler = _Bounded(self, records)
         self._started = False
 
