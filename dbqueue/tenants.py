@@ -140,10 +140,11 @@ class TenantDatabases:
         if source is None and not settings.multi_database:
             return None
         chosen = source if source is not None else CredentialsAPI.from_settings(settings)
+        cache, pool = settings.tenant_cache_size, settings.tenant_pool_size
         return cls(
             chosen,
-            cache_size=settings.tenant_cache_size or DEFAULT_CACHE_SIZE,
-            pool_size=settings.tenant_pool_size or DEFAULT_POOL_SIZE,
+            cache_size=DEFAULT_CACHE_SIZE if cache is None else cache,
+            pool_size=DEFAULT_POOL_SIZE if pool is None else pool,
         )
 
     def cached(self) -> list[Any]:
