@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import requests
 import sqlalchemy as sa
@@ -188,7 +189,7 @@ class CredentialsAPI:
         url = self.credentials_url
         params = None
         if "{tenant}" in url:
-            url = url.replace("{tenant}", requests.utils.quote(str(tenant), safe=""))
+            url = url.replace("{tenant}", quote(str(tenant), safe=""))
         else:
             params = {"tenant": str(tenant)}
         headers = {"Authorization": f"Bearer {token.value}", "Accept": "application/json"}

@@ -55,7 +55,7 @@ class _Bounded(QueueHandler):
         super().__init__(records)
         self.shipper = shipper
 
-    def filter(self, record: logging.LogRecord) -> bool:  # type: ignore[override]
+    def filter(self, record: logging.LogRecord) -> bool:
         if record.name.startswith(_NOT_SHIPPED):
             return False
         return bool(super().filter(record))
@@ -71,7 +71,7 @@ class _Listener(QueueListener):
     """Its stop waits for room for the end marker: the queue may be full when it stops."""
 
     def enqueue_sentinel(self) -> None:
-        self.queue.put(self._sentinel)
+        self.queue.put(self._sentinel)  # type: ignore[attr-defined]
 
 
 class LokiShipper:
@@ -89,7 +89,7 @@ class LokiShipper:
         timeout: tuple[float, float] = (2.0, 5.0),
     ) -> None:
         try:
-            from logging_loki.handlers import LokiBatchHandler
+            from logging_loki.handlers import LokiBatchHandler  # type: ignore[import-untyped]
         except ImportError:
             raise ConfigurationError(
                 "GRAFANA_URL is set but the Loki handler is not installed: "
@@ -155,16 +155,16 @@ class LokiShipper:
 def _pusher_class() -> type:
     """The library's LokiHandler, counting what each batch push sends or drops, and stamping
     each entry with its record's time (the library stamps the push's)."""
-    from logging_loki.emitter import LokiEmitter
-    from logging_loki.handlers import LokiHandler
+    from logging_loki.emitter import LokiEmitter  # type: ignore[import-untyped]
+    from logging_loki.handlers import LokiHandler  # type: ignore[import-untyped, unused-ignore]
 
-    class Emitter(LokiEmitter):
+    class Emitter(LokiEmitter):  # type: ignore[misc]
         def build_payload(self, record: logging.LogRecord, line: str) -> dict[str, Any]:
             payload: dict[str, Any] = super().build_payload(record, line)
             payload["streams"][0]["values"][0][0] = str(int(record.created * 1e9))
             return payload
 
-    class Pusher(LokiHandler):
+    class Pusher(LokiHandler):  # type: ignore[misc]
         def __init__(self, shipper: LokiShipper, **options: Any) -> None:
             super().__init__(**options)
             self.shipper = shipper

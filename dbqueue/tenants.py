@@ -319,7 +319,7 @@ def _lookup_for(source: Any) -> Callable[[Any], Any]:
 
         return look_up
     if callable(source):
-        return source
+        return source  # type: ignore[no-any-return]
     raise ConfigurationError(
         f"tenant_databases takes a mapping tenant → URL, a URL template with {{tenant}} or a "
         f"callable tenant → URL or Engine, not {type(source).__name__}"
