@@ -126,3 +126,23 @@ def test_eager_mode_gives_the_tenant_session_too(tmp_path):
     app = _app(tmp_path, urls, eager=True)
     app.enqueue(None, "note", {}, tenant=5)
     assert _count(urls[5]) == 1
+
+
+def test_a_seed_worker_outside_multi_database_mode_gets_multi_db_conn_none(tmp_path):
+    """As in the seed 1.2: every execute declares multi_db_conn; without MULTI_DATABASE it is
+    None, and the jobs run."""
+    from dbqueue.compat import WorkerBase
+
+    app = dbqueue.App(f"sqlite:///{tmp_path / 'queue.db'}", environ={})
+    migrate.upgrade(app.engine, app.names)
+    given = []
+
+    class SeedWorker(WorkerBase):
+        def execute(self, payload, tarefa, bd_conn, multi_db_conn):
+            given.append(multi_db_conn)
+            return "ok"
+
+    worker = SeedWorker(app, burst=True, poll_interval=0.02, install_signal_handlers=False)
+    app.enqueue(None, "anything", {}, tenant=3)
+    assert worker.run().succeeded == 1
+    assert given == [None]

@@ -77,8 +77,8 @@ class WorkerBase(_SeedWorker):
         super().__init__(app, **worker_options)
         self.app.registry.catch_all = TaskDefinition(
             name="*",
-            handler=_seed_handler(self.execute, self._run_execute),
-            dead_handler=_seed_handler(self.execute_dead, self._run_execute_dead),
+            handler=_seed_handler(self.app, self.execute, self._run_execute),
+            dead_handler=_seed_handler(self.app, self.execute_dead, self._run_execute_dead),
         )
 
     def execute(self, payload: Any, job: Job, session: Any) -> Any:
@@ -116,11 +116,14 @@ def _multi_db(tenant: tuple[Any, ...]) -> dict[str, Any]:
     return {MULTI_DB_CONN: tenant[0]} if tenant else {}
 
 
-def _seed_handler(method: Callable[..., Any], runner: Callable[..., Any]) -> Any:
+def _seed_handler(app: App, method: Callable[..., Any], runner: Callable[..., Any]) -> Any:
     """``runner`` registered as is, or, when ``method`` declares ``multi_db_conn``, as a
-    handler taking the tenant's session (passed on as ``multi_db_conn``)."""
+    handler taking the tenant's session (passed on as ``multi_db_conn``). Without tenant
+    databases (MULTI_DATABASE unset, as in the seed) ``multi_db_conn`` is None."""
     if not takes_multi_db_conn(method):
         return runner
+    if app.context.tenants is None:
+        return lambda job, session: runner(job, session, None)
     return TenantHandler(lambda job, session, tenant: runner(job, session, tenant))
 
 
@@ -204,7 +207,11 @@ class WorkerPubSubBase(_SeedWorker):
 
         handler.__qualname__ = getattr(method, "__qualname__", repr(method))
         handler.__module__ = getattr(method, "__module__", __name__)
-        return TenantHandler(handler) if takes_multi_db_conn(method) else handler
+        if not takes_multi_db_conn(method):
+            return handler
+        if self.app.context.tenants is None:  # not in multi-database mode: None, as the seed
+            return lambda job, session: handler(job, session, None)
+        return TenantHandler(handler)
 
     def _subscription(self, job: Job, session: Any) -> Subscription:
         assert job.subscription_id is not None
