@@ -146,3 +146,12 @@ def test_a_seed_worker_outside_multi_database_mode_gets_multi_db_conn_none(tmp_p
     app.enqueue(None, "anything", {}, tenant=3)
     assert worker.run().succeeded == 1
     assert given == [None]
+
+
+def test_a_batch_task_cannot_take_a_tenant_database():
+    app = dbqueue.App("sqlite:///q.db", tenant_databases={})
+    with pytest.raises(ConfigurationError, match="tenant_database=True is for @app.task"):
+
+        @app.batch_task("many", tenant_database=True)
+        def many(jobs, session):
+            pass
