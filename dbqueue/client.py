@@ -21,13 +21,19 @@ from . import payload as payload_codec
 from .engine import NewJob
 from .errors import ConfigurationError
 from .identifiers import check_queue_name, check_task_name
-from .schema import DEFAULT_PRIORITY
+from .schema import DEFAULT_PRIORITY, MAX_KEY_CHARS
 
 if TYPE_CHECKING:
     from .runtime import RuntimeContext
 
 _INT32 = (-(2**31), 2**31 - 1)
-_TEXT_LIMITS = {"external_key": 255, "origin": 255, "destination": 255, "business_group": 100}
+_TEXT_LIMITS = {
+    "external_key": 255,
+    "origin": 255,
+    "destination": 255,
+    "business_group": 100,
+    "key": MAX_KEY_CHARS,
+}
 
 #: Where jobs are written. A ``scoped_session`` (Flask-SQLAlchemy's ``db.session``) stands for
 #: the Session it holds for the current scope (thread, request, app context).
@@ -48,6 +54,7 @@ class EnqueueOptions(TypedDict, total=False):
     destination: str | None
     tenant: int | None
     business_group: str | None
+    key: str | None  # jobs of the queue sharing a key never run at once (see key_mode)
 
 
 OPTION_NAMES = frozenset(EnqueueOptions.__annotations__)
@@ -181,6 +188,7 @@ def build_job(
     business_group: str | None = None,
     publication_id: int | None = None,
     subscription_id: str | None = None,
+    key: str | None = None,
 ) -> NewJob:
     """Validate one job request; every problem is reported before anything touches the database."""
     check_task_name(task)
@@ -203,4 +211,18 @@ def build_job(
         business_group=_check_text("business_group", business_group),
         publication_id=publication_id,
         subscription_id=subscription_id,
+        key=_check_key(key),
     )
+
+
+def _check_key(key: Any) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, (str, int)) or isinstance(key, bool):
+        raise ConfigurationError(
+            f"key={key!r} must be a string (or a whole number), e.g. key=f'account:{{id}}'"
+        )
+    key = str(key)
+    if not key:
+        raise ConfigurationError("key='' is empty: pass None for a job without a key")
+    return _check_text("key", key)

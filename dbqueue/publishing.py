@@ -66,7 +66,7 @@ def publish(
     template, explicit = publication.template, publication.explicit
     topic, webhooks_only = publication.topic, publication.webhooks_only
     record = dataclasses.replace(
-        template, delay=None, run_at=None, subscription_id=PUBLICATION_MARKER
+        template, delay=None, run_at=None, subscription_id=PUBLICATION_MARKER, key=None
     )
     reached = context.subscriptions.matching(
         conn, topic, template.tenant, template.business_group, webhooks_only

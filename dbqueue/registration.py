@@ -11,7 +11,7 @@ from .client import _check_int
 from .errors import ConfigurationError
 from .identifiers import check_subscription_id
 from .retry import Backoff, linear_backoff
-from .tasks import BatchOptions, Handler, TaskDefinition, for_tenants
+from .tasks import KEY_MODES, ORDERED, BatchOptions, Handler, TaskDefinition, for_tenants
 
 if TYPE_CHECKING:
     from .runtime import RuntimeContext
@@ -30,6 +30,7 @@ class HandlerOptions(TypedDict, total=False):
     backoff: Backoff | None  # attempt -> seconds before the retry
     retry_base_interval: float | None  # or: base × attempt (not with backoff)
     dead_handler: Handler | None  # runs once the job's attempts are exhausted
+    key_mode: str | None  # "ordered" (default) or "exclusive": how jobs sharing a key wait
     # handler(job, session, tenant_session): an ORM Session on the job's tenant's database
     tenant_database: bool | None
 
@@ -45,6 +46,13 @@ def _definition(
         raise ConfigurationError("pass either backoff or retry_base_interval, not both")
     if base_interval is not None:
         backoff = linear_backoff(base_interval)
+    key_mode = options.get("key_mode") or ORDERED
+    if key_mode not in KEY_MODES:
+        raise ConfigurationError(
+            f"{call} {name!r}: key_mode={key_mode!r} is not one of "
+            f"{', '.join(map(repr, KEY_MODES))} (ordered: enqueue order, a retry keeps its "
+            "place; exclusive: only never two at once)"
+        )
     tenant = options.get("tenant_database")
     if tenant and extra.get("batch") is not None:
         raise ConfigurationError(
@@ -59,6 +67,7 @@ def _definition(
         max_attempts=options.get("max_attempts"),
         backoff=backoff,
         dead_handler=for_tenants(options.get("dead_handler"), tenant),
+        key_mode=key_mode,
         **extra,
     )
 

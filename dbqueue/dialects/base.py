@@ -110,6 +110,15 @@ class Dialect(abc.ABC):
         nothing: rowcount 0 instead of a duplicate-key error, which a database may log and
         which would end the transaction. A periodic tick met by several workers uses it."""
 
+    def add_to_counter(self, table: sa.Table, counter: str) -> sa.Insert:
+        """An INSERT of one row that, when a row with the same primary key exists (or another
+        transaction inserts one and commits), adds the row's ``counter`` value to that row's
+        instead, taking its row lock. A key's line numbers its jobs with it."""
+        raise NotImplementedError
+
+    #: ``add_to_counter`` may RETURN the new values (else the caller reads them back).
+    counter_returned: bool = False
+
     def payload_read(self, column: sa.ColumnElement) -> ColumnElement:
         """The payload column as a claim reads it (decoded by its type's result processing)."""
         return column

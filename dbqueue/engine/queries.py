@@ -13,11 +13,11 @@ from sqlalchemy.engine import Connection
 from .. import payload as payload_codec
 from ..job import Status
 from ..sqltypes import UtcDateTime
-from .base import EngineBase
+from .keys import Keys
 from .records import QueueStats
 
 
-class Queries(EngineBase):
+class Queries(Keys):
     def get(self, conn: Connection, job_id: int) -> dict[str, Any] | None:
         with self.translate_errors():
             row = conn.execute(sa.select(self.jobs).where(self.jobs.c.id == job_id)).first()
@@ -104,7 +104,8 @@ class Queries(EngineBase):
             return [dict(row._mapping) for row in rows]
 
     def requeue_dead(self, conn: Connection, ids: Sequence[int]) -> list[int]:
-        """Put dead jobs back to run now with a fresh attempt count; returns the ids requeued."""
+        """Put dead jobs back to run now with a fresh attempt count (a keyed one at the back of
+        its key's line); returns the ids requeued."""
         j = self.jobs
         with self.translate_errors():
             found = (
@@ -131,4 +132,5 @@ class Queries(EngineBase):
                         (j.c.updated_at, now),
                     )
                 )
+                self.join_lines(conn, found)  # keyed ones go to the back of their key's line
         return sorted(int(i) for i in found)

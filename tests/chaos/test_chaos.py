@@ -6,7 +6,8 @@ worker (and starts a new one in its place) at each KILL_AT fraction, and crash-r
 database server once at RESTART_AT (a private server: the shared ones serve other suites), then
 enqueues the second half of the jobs. At the end: every job succeeded and committed exactly one
 handler row, nothing is left running or waiting, every surviving worker stops cleanly on SIGTERM,
-and no worker's log holds a traceback. The counts go to the "dbqueue chaos" section of the
+and no worker's log holds a traceback. Every fourth job has one of 20 keys: per key, the runs
+follow enqueue order and never overlap. The counts go to the "dbqueue chaos" section of the
 terminal summary.
 
 Where a private server cannot run (its binaries are missing), the case runs against the shared
@@ -236,8 +237,36 @@ def fresh_tables(url: str) -> tuple[dbqueue.App, sa.Table]:
     return app, runs
 
 
-def enqueue(app: dbqueue.App, count: int) -> None:
-    app.enqueue_many(None, [{"task": "chaos", "payload": {"n": i}} for i in range(count)])
+#: Every KEYED_EVERY-th job has one of KEYS keys: per key, the runs must follow enqueue order
+#: and never overlap, through the kills and restarts.
+KEYED_EVERY = 4
+KEYS = 20
+
+
+def enqueue(app: dbqueue.App, count: int, first: int = 0) -> None:
+    jobs = []
+    for n in range(first, first + count):
+        job: dict = {"task": "chaos", "payload": {"n": n}}
+        if n % KEYED_EVERY == 0:
+            job["key"] = f"k{n // KEYED_EVERY % KEYS}"
+        jobs.append(job)
+    app.enqueue_many(None, jobs)
+
+
+def key_violations(rows: list) -> list[str]:
+    """Per key, runs in order of start must have increasing numbers and must not overlap."""
+    by_key: dict[str, list] = {}
+    for row in rows:
+        by_key.setdefault(row.key, []).append(row)
+    problems = []
+    for key, runs in by_key.items():
+        runs.sort(key=lambda run: run.started)
+        for earlier, later in zip(runs, runs[1:], strict=False):
+            if later.n <= earlier.n:
+                problems.append(f"{key}: job n={later.n} ran after n={earlier.n}")
+            if later.started < earlier.ended:
+                problems.append(f"{key}: n={later.n} started before n={earlier.n} ended")
+    return problems
 
 
 def diagnosis(progress: Progress, workers: Workers, services: dict[str, LockServer]) -> str:
@@ -299,7 +328,7 @@ def test_chaos_loses_nothing_and_runs_nothing_twice(case, target, services, tmp_
                 and not restarts.get("database")
             ):
                 second_half_at = None
-                enqueue(app, JOBS - first_half)
+                enqueue(app, JOBS - first_half, first=first_half)
             time.sleep(0.02)
 
         def drained() -> bool:
@@ -318,6 +347,11 @@ def test_chaos_loses_nothing_and_runs_nothing_twice(case, target, services, tmp_
     try:
         with engine.connect() as conn:
             run_job_ids = list(conn.execute(sa.select(runs.c.job_id)).scalars())
+            keyed_runs = conn.execute(
+                sa.select(runs.c["key"], runs.c.n, runs.c.started, runs.c.ended).where(
+                    runs.c["key"].isnot(None)
+                )
+            ).all()
             jobs = conn.execute(
                 sa.select(app.tables.jobs.c.id, app.tables.jobs.c.status, app.tables.jobs.c.attempt)
             ).all()
@@ -327,6 +361,7 @@ def test_chaos_loses_nothing_and_runs_nothing_twice(case, target, services, tmp_
     lost = len(job_ids - set(run_job_ids)) + sum(1 for j in jobs if j.status != "succeeded")
     twice = len(run_job_ids) - len(set(run_job_ids))
     retried = sum(1 for j in jobs if j.attempt > 1)
+    key_problems = key_violations(keyed_runs)
     restart_note = (
         f"{len(restarted)} restart(s) survived ({', '.join(restarted)})"
         if restarted
@@ -335,11 +370,15 @@ def test_chaos_loses_nothing_and_runs_nothing_twice(case, target, services, tmp_
     chaos_report.append(
         f"{case.id}: {len(jobs)} jobs, {len(run_job_ids)} runs committed, "
         f"{len(workers.killed)} workers SIGKILLed, {restart_note}, lost {lost}, run twice {twice}; "
-        f"{retried} jobs needed another attempt, seed {seed}, {time.monotonic() - started:.0f}s"
+        f"{retried} jobs needed another attempt; {len(keyed_runs)} keyed runs on {KEYS} keys, "
+        f"{len(key_problems)} out of order or overlapping; seed {seed}, "
+        f"{time.monotonic() - started:.0f}s"
     )
 
     assert len(jobs) == JOBS
     assert lost == 0 and twice == 0, (lost, twice)
+    assert len(keyed_runs) == JOBS // KEYED_EVERY
+    assert key_problems == [], key_problems[:20]
     assert sorted(run_job_ids) == sorted(job_ids)  # one committed handler row per job
     assert {j.status for j in jobs} == {"succeeded"}  # nothing left running or available
     assert set(codes.values()) == {0}, codes

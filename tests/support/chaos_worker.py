@@ -5,8 +5,9 @@
 Its task ``chaos`` inserts a row into ``<PREFIX>runs`` in the job's own transaction. That table has
 no unique key on the job id, so a job whose run committed twice shows as two rows (the contract
 suite's effects table would refuse the second with a duplicate key instead). The handler sleeps a
-few milliseconds, so that the SIGKILLs and the restart find handlers mid-job. Maintenance ticks
-every half second and rescue runs on each tick: a killed advisory-lock worker leaves jobs
+few milliseconds, so that the SIGKILLs and the restart find handlers mid-job. Keyed jobs also
+record their key, their number in enqueue order and when the run started and ended. Maintenance
+ticks every half second and rescue runs on each tick: a killed advisory-lock worker leaves jobs
 ``running`` that rescue must retry.
 """
 
@@ -38,6 +39,11 @@ def runs_table(prefix: str) -> sa.Table:
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
         sa.Column("job_id", sa.BigInteger, nullable=False, index=True),
         sa.Column("pid", sa.Integer, nullable=False),
+        # Keyed jobs: the key, the job's number in enqueue order, when the run started/ended.
+        sa.Column("key", sa.String(50), nullable=True),
+        sa.Column("n", sa.Integer, nullable=True),
+        sa.Column("started", sa.Double, nullable=True),
+        sa.Column("ended", sa.Double, nullable=True),
         mysql_engine="InnoDB",
     )
 
@@ -48,8 +54,18 @@ def build_app(url: str, prefix: str) -> dbqueue.App:
 
     @app.task("chaos")
     def chaos(job: dbqueue.Job, session) -> None:
-        session.execute(runs.insert().values(job_id=job.id, pid=os.getpid()))
+        started = time.time()
         time.sleep(random.uniform(0, 0.01))
+        session.execute(
+            runs.insert().values(
+                job_id=job.id,
+                pid=os.getpid(),
+                key=job.key,
+                n=(job.payload or {}).get("n"),
+                started=started,
+                ended=time.time(),
+            )
+        )
 
     return app
 
