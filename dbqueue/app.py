@@ -17,8 +17,10 @@ from .cancel_api import CancelAPI
 from .client import (
     EnqueueOptions,
     Target,
+    check_no_unique,
     check_option_names,
     connection_for,
+    insert_job,
     job_for_task,
     write_target,
 )
@@ -37,6 +39,7 @@ from .schema import DEFAULT_HTTP_METHOD
 from .wakeups import CommitWaker
 
 if TYPE_CHECKING:
+    from .engine import NewJob
     from .maintenance import MaintenanceSettings
     from .pubsub import SubscriptionStore
     from .schema import QueueTables, TableNames
@@ -166,12 +169,14 @@ class App(
         ``target`` is an ORM Session or a Connection (the job commits or rolls back with the
         caller's work) or an Engine/None (dbqueue commits at once). Lower priority runs first.
         The options (``EnqueueOptions``): queue, priority, delay, run_at, max_attempts,
-        external_key, origin, destination, tenant, business_group.
+        external_key, origin, destination, tenant, business_group, unique_key, on_conflict.
+        With a ``unique_key`` the id returned is that of the job carrying this enqueue, which
+        may be one enqueued before (see the README's "Unique jobs").
         """
         check_option_names("enqueue", options)
         job = job_for_task(self.context, task, payload, options)
-        with connection_for(self._target(target)) as conn:
-            job_id = self.context.queue_engine(conn).insert(conn, job)
+        with connection_for(self._target(target, job)) as conn:
+            job_id = insert_job(self.context.queue_engine(conn), conn, job)
         self._enqueued(target, [job.queue], [job_id])
         return job_id
 
@@ -190,8 +195,13 @@ class App(
             built.append(job_for_task(self.context, task, payload, options))
         if not built:
             return []
-        with connection_for(self._target(target)) as conn:
-            ids = self.context.queue_engine(conn).insert_many(conn, built, need_ids=self.eager)
+        unique = any(job.unique_key for job in built)
+        with connection_for(self._target(target, *built)) as conn:
+            engine = self.context.queue_engine(conn)
+            if unique:  # each one decides against its key's holder: one at a time
+                ids = [insert_job(engine, conn, job) for job in built]
+            else:
+                ids = engine.insert_many(conn, built, need_ids=self.eager)
         self._enqueued(target, [job.queue for job in built], ids)
         return ids
 
@@ -234,6 +244,7 @@ class App(
         webhooks_only: bool,
     ) -> int:
         check_option_names("publish_webhook" if webhooks_only else "publish", options)
+        check_no_unique("publish_webhook" if webhooks_only else "publish", options)
         with connection_for(write_target(self._target(target))) as conn:
             publication_id, queues, ids = publishing.publish(
                 self.context, conn, topic, payload, options, webhooks_only, need_ids=self.eager
@@ -398,5 +409,9 @@ class App(
         """Run a worker in this thread until it stops (signal, --burst, or a limit)."""
         return self.worker(**options).run()
 
-    def _target(self, target: Target | None) -> Target:
-        return self.context.engine if target is None else target
+    def _target(self, target: Target | None, *jobs: NewJob) -> Target:
+        """The caller's target, else the App's engine; a unique job's check reads then
+        writes, so dbqueue's own transaction then takes its write lock first (SQLite)."""
+        if target is None:
+            target = self.context.engine
+        return write_target(target) if any(job.unique_key for job in jobs) else target

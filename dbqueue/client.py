@@ -18,16 +18,22 @@ from sqlalchemy.orm import Session, scoped_session
 
 from . import dialects
 from . import payload as payload_codec
-from .engine import NewJob
+from .engine import ON_CONFLICT, NewJob
 from .errors import ConfigurationError
 from .identifiers import check_queue_name, check_task_name
-from .schema import DEFAULT_PRIORITY
+from .schema import DEFAULT_PRIORITY, MAX_UNIQUE_KEY
 
 if TYPE_CHECKING:
     from .runtime import RuntimeContext
 
 _INT32 = (-(2**31), 2**31 - 1)
-_TEXT_LIMITS = {"external_key": 255, "origin": 255, "destination": 255, "business_group": 100}
+_TEXT_LIMITS = {
+    "external_key": 255,
+    "origin": 255,
+    "destination": 255,
+    "business_group": 100,
+    "unique_key": MAX_UNIQUE_KEY,
+}
 
 #: Where jobs are written. A ``scoped_session`` (Flask-SQLAlchemy's ``db.session``) stands for
 #: the Session it holds for the current scope (thread, request, app context).
@@ -48,6 +54,8 @@ class EnqueueOptions(TypedDict, total=False):
     destination: str | None
     tenant: int | None
     business_group: str | None
+    unique_key: str | None  # unique among the queue's unfinished jobs
+    on_conflict: str | None  # "skip" (default), "replace" or "rerun"
 
 
 OPTION_NAMES = frozenset(EnqueueOptions.__annotations__)
@@ -60,6 +68,23 @@ def check_option_names(call: str, options: Mapping[str, Any]) -> None:
             f"{call}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}: "
             f"the options are {', '.join(sorted(OPTION_NAMES))}"
         )
+
+
+def check_no_unique(call: str, options: Mapping[str, Any]) -> None:
+    """A publication makes one job per subscriber, in one queue: one unique key cannot hold
+    for all of them."""
+    if options.get("unique_key") is not None or options.get("on_conflict") is not None:
+        raise ConfigurationError(
+            f"{call}() takes no unique_key/on_conflict (each subscriber gets its own job): "
+            "enqueue a unique job that publishes instead"
+        )
+
+
+def insert_job(engine: Any, conn: Connection, job: NewJob) -> int:
+    """One job, through its unique key's rules when it has one."""
+    if job.unique_key is not None:
+        return engine.insert_unique(conn, job, job.on_conflict or "skip")
+    return engine.insert(conn, job)
 
 
 def job_for_task(
@@ -176,6 +201,8 @@ def build_job(
     business_group: str | None = None,
     publication_id: int | None = None,
     subscription_id: str | None = None,
+    unique_key: str | None = None,
+    on_conflict: str | None = None,
 ) -> NewJob:
     """Validate one job request; every problem is reported before anything touches the database."""
     check_task_name(task)
@@ -198,4 +225,20 @@ def build_job(
         business_group=_check_text("business_group", business_group),
         publication_id=publication_id,
         subscription_id=subscription_id,
+        unique_key=_check_text("unique_key", unique_key),
+        on_conflict=_check_on_conflict(unique_key, on_conflict),
     )
+
+
+def _check_on_conflict(unique_key: Any, on_conflict: Any) -> str | None:
+    if on_conflict is None:
+        return None if unique_key is None else "skip"
+    if on_conflict not in ON_CONFLICT:
+        raise ConfigurationError(
+            f"on_conflict={on_conflict!r} is not one of {', '.join(map(repr, ON_CONFLICT))}"
+        )
+    if unique_key is None:
+        raise ConfigurationError(
+            f"on_conflict={on_conflict!r} needs a unique_key: pass unique_key=… too"
+        )
+    return on_conflict

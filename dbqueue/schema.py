@@ -22,6 +22,7 @@ DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 50
 DEFAULT_MAX_ATTEMPTS = 100  # the seed's QUEUE_MAX_RETRY
 MAX_MESSAGE_CHARS = 10_000
+MAX_UNIQUE_KEY = 255
 HTTP_METHODS = ("GET", "POST", "PUT")  # what a webhook subscription may use (the seed's)
 DEFAULT_HTTP_METHOD = "POST"
 
@@ -90,6 +91,11 @@ class TableNames:
         return f"{self.jobs}_cancels"
 
     @property
+    def unique(self) -> str:
+        """Unique keys: one row per (queue, unique_key) an unfinished job holds."""
+        return f"{self.jobs}_unique"
+
+    @property
     def all(self) -> tuple[str, ...]:
         """Every queue table's name (not Alembic's version table)."""
         return (
@@ -99,6 +105,7 @@ class TableNames:
             self.periodic,
             self.slots,
             self.cancels,
+            self.unique,
         )
 
     @property
@@ -120,6 +127,7 @@ class QueueTables:
     periodic: sa.Table
     slots: sa.Table
     cancels: sa.Table
+    unique: sa.Table
 
 
 def _timestamp(name: str, *, server_now: bool = False, nullable: bool = True) -> sa.Column:
@@ -193,6 +201,7 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         sa.Column("result", Payload(), nullable=True),  # the handler's return value, as JSON
         sa.Column("awaited", sa.Boolean(), nullable=True),  # a caller waits (app.call)
         _timestamp("cancel_requested_at"),  # a cancel asked of a running job
+        sa.Column("unique_key", sa.String(MAX_UNIQUE_KEY), nullable=True),  # see unique_table
         schema=names.schema,
         **_table_kwargs("jobs"),
     )
@@ -306,6 +315,28 @@ def cancels_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
     return table
 
 
+def unique_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
+    """Unique keys (``enqueue(..., unique_key=…)``): the row of (queue, unique_key) names the
+    unfinished job that holds the key. Written in the enqueue's transaction, so the primary key
+    makes concurrent enqueues of one key wait for each other and a rolled-back enqueue holds
+    nothing; deleted (or handed to ``rerun_id``) in the transaction that finishes the holder.
+    A primary key and nothing else: SingleStore shards it on ``unique_key``."""
+    return sa.Table(
+        names.unique,
+        metadata,
+        sa.Column("queue", sa.String(64), primary_key=True, autoincrement=False),
+        sa.Column("unique_key", sa.String(MAX_UNIQUE_KEY), primary_key=True, autoincrement=False),
+        sa.Column("job_id", sa.BigInteger(), nullable=False),
+        # The follow-up of on_conflict="rerun" while the holder runs, and when it is due.
+        sa.Column("rerun_id", sa.BigInteger(), nullable=True),
+        _timestamp("rerun_at"),
+        sa.Column("conflicts", sa.Integer(), nullable=False, server_default="0"),
+        _timestamp("created_at", server_now=True, nullable=False),
+        schema=names.schema,
+        **_table_kwargs("unique"),
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def tables_for(names: TableNames) -> QueueTables:
     metadata = sa.MetaData()
@@ -318,4 +349,5 @@ def tables_for(names: TableNames) -> QueueTables:
         periodic=periodic_table(metadata, names),
         slots=slots_table(metadata, names),
         cancels=cancels_table(metadata, names),
+        unique=unique_table(metadata, names),
     )

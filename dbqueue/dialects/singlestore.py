@@ -169,6 +169,12 @@ class SingleStoreDialect(Dialect):
         # INSERT IGNORE discards a row whose key exists (SingleStore's INSERT documentation).
         return sa.insert(table).prefix_with("IGNORE")
 
+    upsert_rowcount_tells = True
+
+    def insert_or_count(self, table: sa.Table, counter: str) -> sa.Insert:
+        # ON DUPLICATE KEY UPDATE works as on MySQL, on any column but the shard key.
+        return mysql.insert(table).on_duplicate_key_update({counter: table.c[counter] + 1})
+
     def claim_order(self, jobs: sa.Table) -> list[ColumnElement]:
         # AUTO_INCREMENT ids are unique per aggregator, not ordered across them.
         return [jobs.c.priority, jobs.c.run_at, jobs.c.created_at]

@@ -70,6 +70,13 @@ class SQLiteDialect(Dialect):
     def insert_unless_present(self, table: sa.Table) -> sa.Insert:
         return sqlite.insert(table).on_conflict_do_nothing()  # SQLite >= 3.24
 
+    def insert_or_count(self, table: sa.Table, counter: str) -> sa.Insert:
+        stmt = sqlite.insert(table)
+        return stmt.on_conflict_do_update(
+            index_elements=list(table.primary_key.columns),
+            set_={counter: table.c[counter] + 1},
+        )
+
     def unindexed(self, column: sa.ColumnElement) -> ColumnElement:
         # Without statistics SQLite prefers an equality on an indexed column (status, in the
         # claim index) over a rowid IN list: the guarded UPDATE of a batch then walks the claim

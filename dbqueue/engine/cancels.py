@@ -20,14 +20,14 @@ from ..dialects import Dialect
 from ..job import Job, Status
 from ..pubsub import PUBLICATION_MARKER
 from ..sqltypes import UtcDateTime
-from .base import EngineBase
 from .records import truncate
+from .unique import UniqueRelease
 
 #: The message of a job cancelled before it ran.
 CANCELLED_WAITING = "cancelled while waiting to run"
 
 
-class Cancels(EngineBase):
+class Cancels(UniqueRelease):
     def job_states(self, conn: Connection, ids: Sequence[int]) -> dict[int, str]:
         """The committed status of each of ``ids`` that exists; never waits for a lock."""
         if not ids:
@@ -89,6 +89,7 @@ class Cancels(EngineBase):
             free = [job_id for job_id in free if states.get(job_id) == Status.CANCELLED]
         if free:
             self.announce_finished(conn, free)  # a caller of app.call may wait for one
+            self.release_finished(conn, free)
         return free
 
     def cancel_running(
@@ -126,6 +127,8 @@ class Cancels(EngineBase):
         changed = conn.execute(sa.update(j).where(*guard).values(values)).rowcount
         if changed and job.awaited:
             self.announce_finished(conn, [job.id])
+        if changed and job.unique_key:
+            self.release_unique(conn, [(job.queue, job.unique_key, job.id)])
         return changed
 
 

@@ -13,8 +13,8 @@ from sqlalchemy.engine import Connection
 
 from .. import payload as payload_codec
 from ..job import Job, MalformedPayload, Status
-from .inserts import Inserts
 from .records import FailResult, NewJob, truncate
+from .unique import UniqueKeys
 
 
 @functools.cache
@@ -29,8 +29,9 @@ def _result_names(size: int) -> tuple[str, ...]:
     return tuple(f"result_{i}" for i in range(size))
 
 
-class Outcomes(Inserts):
-    """Extends Inserts: a dead job's dead-letter job is inserted in the same transaction."""
+class Outcomes(UniqueKeys):
+    """Extends Inserts: a dead job's dead-letter job is inserted in the same transaction; and
+    UniqueKeys: a finished job's unique key is released in the same transaction."""
 
     def complete(
         self,
@@ -101,7 +102,18 @@ class Outcomes(Inserts):
             changed = conn.execute(stmt, params).rowcount
         if awaited:
             self.announce_finished(conn, [job.id for job, _ in done if job.awaited])
+        self._release_done(conn, [job for job, _ in done], changed)
         return changed
+
+    def _release_done(self, conn: Connection, jobs: Sequence[Job], changed: int) -> None:
+        """Release the unique keys of a completed batch (all of it, or what was ours)."""
+        held = [(job.queue, job.unique_key, job.id) for job in jobs if job.unique_key]
+        if not held or not changed:
+            return
+        if changed == len(jobs):
+            self.release_unique(conn, held)
+        else:
+            self.release_finished(conn, [job_id for _, _, job_id in held])
 
     def _case(
         self,
@@ -218,6 +230,8 @@ class Outcomes(Inserts):
         changed = conn.execute(sa.update(j).where(*guard).values(values)).rowcount
         if changed and retry_in is None and job.awaited:
             self.announce_finished(conn, [job.id])
+        if changed and retry_in is None:
+            self._release_done(conn, [job], changed)
         if changed and retry_in is None and dead_letter and not job.dead:
             return FailResult(changed, self.insert(conn, self.dead_letter_of(job)))
         return FailResult(changed)

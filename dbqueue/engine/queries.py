@@ -13,11 +13,11 @@ from sqlalchemy.engine import Connection
 from .. import payload as payload_codec
 from ..job import Status
 from ..sqltypes import UtcDateTime
-from .base import EngineBase
 from .records import QueueStats
+from .unique import UniqueKeys
 
 
-class Queries(EngineBase):
+class Queries(UniqueKeys):
     def get(self, conn: Connection, job_id: int) -> dict[str, Any] | None:
         with self.translate_errors():
             row = conn.execute(sa.select(self.jobs).where(self.jobs.c.id == job_id)).first()
@@ -104,7 +104,8 @@ class Queries(EngineBase):
             return [dict(row._mapping) for row in rows]
 
     def requeue_dead(self, conn: Connection, ids: Sequence[int]) -> list[int]:
-        """Put dead jobs back to run now with a fresh attempt count; returns the ids requeued."""
+        """Put dead jobs back to run now with a fresh attempt count; returns the ids requeued.
+        A dead job whose unique key another unfinished job holds now stays dead."""
         j = self.jobs
         with self.translate_errors():
             found = (
@@ -112,6 +113,8 @@ class Queries(EngineBase):
                 .scalars()
                 .all()
             )
+            if found:
+                found = self.retake_keys(conn, found)
             if found:
                 now = self.dialect.now()
                 # previous_message is assigned first: MySQL evaluates SET left to right with the
