@@ -189,7 +189,7 @@ class CancelCall:
         transaction); returns job id → what happened."""
         engine = self.context.queue_engine(conn)
         before = self.before if self.before is not None else engine.job_states(conn, self.ids)
-        waiting = [i for i in self.ids if before.get(i) == Status.AVAILABLE]
+        waiting = [i for i in self.ids if before.get(i) in Status.WAITING]
         cancelled = set(engine.cancel_waiting(conn, waiting))
         after = engine.job_states(conn, [i for i in self.ids if i not in cancelled])
         report: dict[int, str] = {}

@@ -425,6 +425,7 @@ def _migrated(done: Any, downgrade: bool, revision: str, where: str) -> str:
     type=click.Choice(["skip", "replace", "rerun"]),
     help="When an unfinished job holds --unique-key (default skip); prints that job's id.",
 )
+@click.option("--key", help="Jobs of the queue sharing a key never run at once (see key_mode).")
 def enqueue(app: App, task: str, payload: str, **options: Any) -> None:
     """Enqueue one job and print its id."""
     try:

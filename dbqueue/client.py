@@ -21,7 +21,7 @@ from . import payload as payload_codec
 from .engine import ON_CONFLICT, NewJob
 from .errors import ConfigurationError
 from .identifiers import check_queue_name, check_task_name
-from .schema import DEFAULT_PRIORITY, MAX_UNIQUE_KEY
+from .schema import DEFAULT_PRIORITY, MAX_KEY_CHARS, MAX_UNIQUE_KEY
 
 if TYPE_CHECKING:
     from .runtime import RuntimeContext
@@ -33,6 +33,7 @@ _TEXT_LIMITS = {
     "destination": 255,
     "business_group": 100,
     "unique_key": MAX_UNIQUE_KEY,
+    "key": MAX_KEY_CHARS,
 }
 
 #: Where jobs are written. A ``scoped_session`` (Flask-SQLAlchemy's ``db.session``) stands for
@@ -56,6 +57,7 @@ class EnqueueOptions(TypedDict, total=False):
     business_group: str | None
     unique_key: str | None  # unique among the queue's unfinished jobs
     on_conflict: str | None  # "skip" (default), "replace" or "rerun"
+    key: str | None  # jobs of the queue sharing a key never run at once (see key_mode)
 
 
 OPTION_NAMES = frozenset(EnqueueOptions.__annotations__)
@@ -203,6 +205,7 @@ def build_job(
     subscription_id: str | None = None,
     unique_key: str | None = None,
     on_conflict: str | None = None,
+    key: str | None = None,
 ) -> NewJob:
     """Validate one job request; every problem is reported before anything touches the database."""
     check_task_name(task)
@@ -227,6 +230,7 @@ def build_job(
         subscription_id=subscription_id,
         unique_key=_check_text("unique_key", unique_key),
         on_conflict=_check_on_conflict(unique_key, on_conflict),
+        key=_check_key(key),
     )
 
 
@@ -242,3 +246,16 @@ def _check_on_conflict(unique_key: Any, on_conflict: Any) -> str | None:
             f"on_conflict={on_conflict!r} needs a unique_key: pass unique_key=… too"
         )
     return on_conflict
+
+
+def _check_key(key: Any) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, (str, int)) or isinstance(key, bool):
+        raise ConfigurationError(
+            f"key={key!r} must be a string (or a whole number), e.g. key=f'account:{{id}}'"
+        )
+    key = str(key)
+    if not key:
+        raise ConfigurationError("key='' is empty: pass None for a job without a key")
+    return _check_text("key", key)

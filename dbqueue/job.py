@@ -22,10 +22,15 @@ class Status:
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    #: A keyed job waiting behind another job of its key: outside the claim index's range, so
+    #: a long line behind one busy key costs the claims of everything else nothing.
+    BLOCKED = "blocked"
 
-    ALL = (AVAILABLE, RUNNING, SUCCEEDED, DEAD, CANCELLED)
+    ALL = (AVAILABLE, RUNNING, SUCCEEDED, DEAD, CANCELLED, BLOCKED)
     FINISHED = (SUCCEEDED, DEAD, CANCELLED)
-    PENDING = (AVAILABLE, RUNNING)
+    PENDING = (AVAILABLE, RUNNING, BLOCKED)
+    #: Not started: what a cancel ends at once.
+    WAITING = (AVAILABLE, BLOCKED)
 
     # What the previous_status column records about a failed attempt.
     FAILED = "failed"
@@ -112,6 +117,8 @@ COLUMNS: tuple[str, ...] = (
     "worker_id",
     "awaited",
     "unique_key",
+    "key",
+    "key_seq",
 )
 
 
@@ -155,6 +162,8 @@ class Job(ItemAccess):
     worker_id: str | None
     awaited: bool | None  # a caller waits for this job's end (app.call)
     unique_key: str | None  # the key it holds among the queue's unfinished jobs
+    key: str | None  # jobs of a queue sharing a key never run at once
+    key_seq: int | None  # its place in its key's line (None: unkeyed, or not admitted yet)
     # Not a column: set by the worker when a cancel request reaches this job while it runs
     # (when it was asked, the database's UTC time); read through cancel_requested().
     _cancel_requested_at: dt.datetime | None

@@ -9,8 +9,17 @@ from .engine import QueueStats
 from .job import Status
 
 #: The keys of ``QueueSummary.by_status``, in the order the CLI prints them: "available" is
-#: runnable now, "scheduled" waits for its run_at (both are the ``available`` status).
-STATUS_KEYS = ("available", "scheduled", "running", "succeeded", "dead", "cancelled")
+#: runnable now, "scheduled" waits for its run_at (both are the ``available`` status),
+#: "blocked" waits behind another job of its key.
+STATUS_KEYS = (
+    "available",
+    "scheduled",
+    "blocked",
+    "running",
+    "succeeded",
+    "dead",
+    "cancelled",
+)
 assert set(STATUS_KEYS) >= set(Status.ALL)
 
 

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from .engine import FailResult, QueueEngine
 from .job import Job
 from .retry import BACKOFF, Backoff, Requested, retry_delay
-from .tasks import TaskRegistry
+from .tasks import EXCLUSIVE, TaskRegistry
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class RetryPolicy:
             message,
             retry_in=delay,
             dead_letter=self.registry.has_dead_handler(job),
+            exclusive_key=job.key_seq is not None and self.registry.key_mode_for(job) == EXCLUSIVE,
             **where,
         )
         return failed, delay

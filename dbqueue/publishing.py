@@ -47,7 +47,7 @@ def publish(
         **others,
     )
     record = dataclasses.replace(
-        template, delay=None, run_at=None, subscription_id=PUBLICATION_MARKER
+        template, delay=None, run_at=None, subscription_id=PUBLICATION_MARKER, key=None
     )
     reached = context.subscriptions.matching(
         conn, topic, template.tenant, template.business_group, webhooks_only

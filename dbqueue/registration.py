@@ -11,7 +11,7 @@ from .client import _check_int
 from .errors import ConfigurationError
 from .identifiers import check_subscription_id
 from .retry import Backoff, linear_backoff
-from .tasks import BatchOptions, Handler, TaskDefinition
+from .tasks import KEY_MODES, ORDERED, BatchOptions, Handler, TaskDefinition
 
 if TYPE_CHECKING:
     from .runtime import RuntimeContext
@@ -30,6 +30,7 @@ class HandlerOptions(TypedDict, total=False):
     backoff: Backoff | None  # attempt -> seconds before the retry
     retry_base_interval: float | None  # or: base × attempt (not with backoff)
     dead_handler: Handler | None  # runs once the job's attempts are exhausted
+    key_mode: str | None  # "ordered" (default) or "exclusive": how jobs sharing a key wait
 
 
 def _definition(
@@ -43,6 +44,13 @@ def _definition(
         raise ConfigurationError("pass either backoff or retry_base_interval, not both")
     if base_interval is not None:
         backoff = linear_backoff(base_interval)
+    key_mode = options.get("key_mode") or ORDERED
+    if key_mode not in KEY_MODES:
+        raise ConfigurationError(
+            f"{call} {name!r}: key_mode={key_mode!r} is not one of "
+            f"{', '.join(map(repr, KEY_MODES))} (ordered: enqueue order, a retry keeps its "
+            "place; exclusive: only never two at once)"
+        )
     return TaskDefinition(
         name=name,
         handler=handler,
@@ -51,6 +59,7 @@ def _definition(
         max_attempts=options.get("max_attempts"),
         backoff=backoff,
         dead_handler=options.get("dead_handler"),
+        key_mode=key_mode,
         **extra,
     )
 

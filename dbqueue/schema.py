@@ -23,6 +23,7 @@ DEFAULT_PRIORITY = 50
 DEFAULT_MAX_ATTEMPTS = 100  # the seed's QUEUE_MAX_RETRY
 MAX_MESSAGE_CHARS = 10_000
 MAX_UNIQUE_KEY = 255
+MAX_KEY_CHARS = 255  # a job's key (enqueue(..., key=...))
 HTTP_METHODS = ("GET", "POST", "PUT")  # what a webhook subscription may use (the seed's)
 DEFAULT_HTTP_METHOD = "POST"
 
@@ -95,6 +96,10 @@ class TableNames:
         """Unique keys: one row per (queue, unique_key) an unfinished job holds."""
         return f"{self.jobs}_unique"
 
+    def keys(self) -> str:
+        """Busy keys: a row per (queue, key) that has unfinished jobs (see engine/keys.py)."""
+        return f"{self.jobs}_keys"
+
     @property
     def all(self) -> tuple[str, ...]:
         """Every queue table's name (not Alembic's version table)."""
@@ -106,6 +111,7 @@ class TableNames:
             self.slots,
             self.cancels,
             self.unique,
+            self.keys,
         )
 
     @property
@@ -128,6 +134,7 @@ class QueueTables:
     slots: sa.Table
     cancels: sa.Table
     unique: sa.Table
+    keys: sa.Table
 
 
 def _timestamp(name: str, *, server_now: bool = False, nullable: bool = True) -> sa.Column:
@@ -202,6 +209,10 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         sa.Column("awaited", sa.Boolean(), nullable=True),  # a caller waits (app.call)
         _timestamp("cancel_requested_at"),  # a cancel asked of a running job
         sa.Column("unique_key", sa.String(MAX_UNIQUE_KEY), nullable=True),  # see unique_table
+        sa.Column(
+            "key", sa.String(MAX_KEY_CHARS), nullable=True
+        ),  # jobs of a key run one at a time
+        sa.Column("key_seq", sa.BigInteger(), nullable=True),  # its place in the key's line
         schema=names.schema,
         **_table_kwargs("jobs"),
     )
@@ -215,6 +226,18 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
     finished = table.c.finished_at.isnot(None)
     sa.Index(f"{t}_finished", table.c.finished_at, postgresql_where=finished, sqlite_where=finished)
     sa.Index(f"{t}_equivalent", table.c.task, table.c.payload_hash)  # find_equivalent
+    # The next job of a key: (key, queue, status = 'blocked') in line order. Partial where the
+    # database can: unkeyed jobs write no entry.
+    keyed = table.c["key"].isnot(None)
+    sa.Index(
+        f"{t}_key",
+        table.c["key"],
+        table.c.queue,
+        table.c.status,
+        table.c.key_seq,
+        postgresql_where=keyed,
+        sqlite_where=keyed,
+    )
     return table
 
 
@@ -337,6 +360,22 @@ def unique_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
     )
 
 
+def keys_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
+    """Busy keys: a row exists while a (queue, key) has unfinished keyed jobs; ``last_seq`` is the
+    place given to the latest of them. Written in the enqueue's transaction (its row lock
+    orders concurrent enqueues of a key) and deleted by the completion of the key's last job."""
+    return sa.Table(
+        names.keys,
+        metadata,
+        sa.Column("queue", sa.String(64), primary_key=True, autoincrement=False),
+        sa.Column("key", sa.String(MAX_KEY_CHARS), primary_key=True, autoincrement=False),
+        sa.Column("last_seq", sa.BigInteger(), nullable=False),
+        _timestamp("created_at", server_now=True, nullable=False),
+        schema=names.schema,
+        **_table_kwargs("keys"),
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def tables_for(names: TableNames) -> QueueTables:
     metadata = sa.MetaData()
@@ -350,4 +389,5 @@ def tables_for(names: TableNames) -> QueueTables:
         slots=slots_table(metadata, names),
         cancels=cancels_table(metadata, names),
         unique=unique_table(metadata, names),
+        keys=keys_table(metadata, names),
     )

@@ -18,6 +18,12 @@ from .retry import Backoff
 
 Handler = Callable[..., Any]
 
+#: ``key_mode``: jobs sharing a key run in enqueue order, a failed attempt keeping its place
+#: (the default); or ``exclusive``: only never two at once, a failed attempt goes to the back.
+ORDERED = "ordered"
+EXCLUSIVE = "exclusive"
+KEY_MODES = (ORDERED, EXCLUSIVE)
+
 
 @dataclass(frozen=True)
 class BatchOptions:
@@ -40,6 +46,8 @@ class TaskDefinition:
     #: seconds a run may take before it is interrupted with JobTimeoutError (None: no limit).
     timeout: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: How jobs of this task that share a key wait for each other (KEY_MODES).
+    key_mode: str = ORDERED
     #: For a subscriber: the subscription id it handles (``name`` is then the topic, or ``*``
     #: for "any topic", as the seed's ``@Subscriber(id)`` registers).
     subscription_id: str | None = None
@@ -168,6 +176,10 @@ class TaskRegistry:
         if job.subscription_id is not None:
             return self.subscriber(job.task, job.subscription_id)
         return self._tasks.get(job.task)
+
+    def key_mode_for(self, job: Job) -> str:
+        definition = self.definition_of(job)
+        return definition.key_mode if definition is not None else ORDERED
 
     def backoff_for(self, job: Job) -> Backoff | None:
         definition = self.definition_of(job)

@@ -271,6 +271,7 @@ def test_migrations_create_exactly_the_declared_tables(own):
         f"{names.jobs}_claim",
         f"{names.jobs}_finished",
         f"{names.jobs}_equivalent",
+        f"{names.jobs}_key",
     }
     # No foreign key, unique key or trigger on the subscriptions table (SingleStore has none).
     subscriptions = declared_shape(tables_for(names).subscriptions)

@@ -120,6 +120,16 @@ class Dialect(abc.ABC):
         lock that two transactions would then both upgrade (MySQL's classic deadlock).
         Unique jobs take their key with it."""
 
+    def add_to_counter(self, table: sa.Table, counter: str) -> sa.Insert:
+        """An INSERT of one row that, when a row with the same primary key exists (or another
+        transaction inserts one and commits), adds the row's ``counter`` value to that row's
+        instead, taking its row lock; with ``counter_returned``, it returns the counter's new
+        value. A key's line numbers its jobs with it."""
+        raise NotImplementedError
+
+    #: ``add_to_counter`` returns the new value (else the caller reads it back, its own write).
+    counter_returned: bool = False
+
     def payload_read(self, column: sa.ColumnElement) -> ColumnElement:
         """The payload column as a claim reads it (decoded by its type's result processing)."""
         return column

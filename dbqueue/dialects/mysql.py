@@ -91,6 +91,11 @@ class MySQLDialect(Dialect):
         # which SQLAlchemy sets, cannot turn an update into a 1).
         return mysql.insert(table).on_duplicate_key_update({counter: table.c[counter] + 1})
 
+    def add_to_counter(self, table: sa.Table, counter: str) -> sa.Insert:
+        # No RETURNING here (MySQL 8): the caller reads the counter back, its own write.
+        stmt = mysql.insert(table)
+        return stmt.on_duplicate_key_update({counter: table.c[counter] + stmt.inserted[counter]})
+
     def try_lock(self, name: str) -> ColumnElement:
         # GET_LOCK(name, 0): connection-scoped, survives commit and rollback, never waits.
         return sa.func.get_lock(sa.literal(lock_name(name)), sa.literal_column("0"))

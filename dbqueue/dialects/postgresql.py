@@ -62,6 +62,15 @@ class PostgresDialect(Dialect):
             set_={counter: table.c[counter] + 1},
         )
 
+    counter_returned = True
+
+    def add_to_counter(self, table: sa.Table, counter: str) -> sa.Insert:
+        stmt = postgresql.insert(table)
+        keys = [column.name for column in table.primary_key]
+        return stmt.on_conflict_do_update(
+            index_elements=keys, set_={counter: table.c[counter] + stmt.excluded[counter]}
+        ).returning(table.c[counter])
+
     def now_plus(self, seconds: float | ColumnElement) -> ColumnElement:
         return self.now() + sa.func.make_interval(0, 0, 0, 0, 0, 0, seconds_expression(seconds))
 

@@ -175,6 +175,11 @@ class SingleStoreDialect(Dialect):
         # ON DUPLICATE KEY UPDATE works as on MySQL, on any column but the shard key.
         return mysql.insert(table).on_duplicate_key_update({counter: table.c[counter] + 1})
 
+    def add_to_counter(self, table: sa.Table, counter: str) -> sa.Insert:
+        # ON DUPLICATE KEY UPDATE works on any key but the shard key's columns (not updated here).
+        stmt = mysql.insert(table)
+        return stmt.on_duplicate_key_update({counter: table.c[counter] + stmt.inserted[counter]})
+
     def claim_order(self, jobs: sa.Table) -> list[ColumnElement]:
         # AUTO_INCREMENT ids are unique per aggregator, not ordered across them.
         return [jobs.c.priority, jobs.c.run_at, jobs.c.created_at]

@@ -77,6 +77,15 @@ class SQLiteDialect(Dialect):
             set_={counter: table.c[counter] + 1},
         )
 
+    counter_returned = True
+
+    def add_to_counter(self, table: sa.Table, counter: str) -> sa.Insert:
+        stmt = sqlite.insert(table)  # ON CONFLICT DO UPDATE: SQLite >= 3.24, RETURNING >= 3.35
+        keys = [column.name for column in table.primary_key]
+        return stmt.on_conflict_do_update(
+            index_elements=keys, set_={counter: table.c[counter] + stmt.excluded[counter]}
+        ).returning(table.c[counter])
+
     def unindexed(self, column: sa.ColumnElement) -> ColumnElement:
         # Without statistics SQLite prefers an equality on an indexed column (status, in the
         # claim index) over a rowid IN list: the guarded UPDATE of a batch then walks the claim

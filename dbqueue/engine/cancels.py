@@ -20,6 +20,7 @@ from ..dialects import Dialect
 from ..job import Job, Status
 from ..pubsub import PUBLICATION_MARKER
 from ..sqltypes import UtcDateTime
+from .keys import Keys
 from .records import truncate
 from .unique import UniqueRelease
 
@@ -27,7 +28,7 @@ from .unique import UniqueRelease
 CANCELLED_WAITING = "cancelled while waiting to run"
 
 
-class Cancels(UniqueRelease):
+class Cancels(UniqueRelease, Keys):
     def job_states(self, conn: Connection, ids: Sequence[int]) -> dict[int, str]:
         """The committed status of each of ``ids`` that exists; never waits for a lock."""
         if not ids:
@@ -58,12 +59,14 @@ class Cancels(UniqueRelease):
         row another transaction holds is left alone (a claim holds it: the job is running)."""
         j = self.jobs
         free = list(ids)
+        with self.translate_errors():
+            heads = self.lock_lines(conn, free) if free else {}
         if free and self.dialect.supports_skip_locked:
             with self.translate_errors():
                 free = list(
                     conn.execute(
                         sa.select(j.c.id)
-                        .where(j.c.id.in_(free), j.c.status == Status.AVAILABLE)
+                        .where(j.c.id.in_(free), j.c.status.in_(Status.WAITING))
                         .with_for_update(skip_locked=True)
                     ).scalars()
                 )
@@ -73,7 +76,7 @@ class Cancels(UniqueRelease):
         with self.translate_errors():
             changed = conn.execute(
                 sa.update(j)
-                .where(j.c.id.in_(free), self.dialect.unindexed(j.c.status) == Status.AVAILABLE)
+                .where(j.c.id.in_(free), self.dialect.unindexed(j.c.status).in_(Status.WAITING))
                 .values(
                     status=Status.CANCELLED,
                     message=CANCELLED_WAITING,
@@ -87,6 +90,10 @@ class Cancels(UniqueRelease):
             # another cancel): the ones that are cancelled now are taken as ours.
             states = self.job_states(conn, free)
             free = [job_id for job_id in free if states.get(job_id) == Status.CANCELLED]
+        for job_id in free:
+            if job_id in heads:  # it headed its key's line: the next job may run
+                queue, key, place = heads[job_id]
+                self.release_key(conn, queue, key, place, job_id)
         if free:
             self.announce_finished(conn, free)  # a caller of app.call may wait for one
             self.release_finished(conn, free)
@@ -125,6 +132,8 @@ class Cancels(UniqueRelease):
             "worker_id": worker_id,
         }
         changed = conn.execute(sa.update(j).where(*guard).values(values)).rowcount
+        if changed:
+            self.release_keys(conn, [job])
         if changed and job.awaited:
             self.announce_finished(conn, [job.id])
         if changed and job.unique_key:

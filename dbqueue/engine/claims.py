@@ -11,10 +11,10 @@ from sqlalchemy.engine import Connection
 
 from ..job import Job, Status
 from ..sqltypes import UtcDateTime
-from .base import EngineBase
+from .keys import Keys
 
 
-class Claims(EngineBase):
+class Claims(Keys):
     def runnable(self, queue: str | None = None, limit: int | None = None) -> sa.Select:
         """Runnable jobs of one queue in claim order; strategies add their locking to it.
 
@@ -75,10 +75,12 @@ class Claims(EngineBase):
         for _ in range(2):
             rows = compiled.raw_rows(conn, {"queue": queue, "limit": limit})
             try:
-                return [Job.from_tuple(compiled.process(row), attempt_increment) for row in rows]
+                jobs = [Job.from_tuple(compiled.process(row), attempt_increment) for row in rows]
             except (TypeError, ValueError):
                 if not self.set_aside_unreadable(conn, [row[0] for row in rows]):
                     raise
+                continue
+            return self.admit(conn, jobs)
         return []
 
     def waiting(self, ids: Sequence[int]) -> sa.Select:
@@ -94,7 +96,8 @@ class Claims(EngineBase):
 
     def fetch_waiting(self, conn: Connection, stmt: sa.Select, attempt_increment: int) -> list[Job]:
         """Execute a claim built on ``waiting()`` and turn its rows into Jobs."""
-        return [Job.from_tuple(row, attempt_increment) for row in conn.execute(stmt)]
+        jobs = [Job.from_tuple(row, attempt_increment) for row in conn.execute(stmt)]
+        return self.admit(conn, jobs)
 
     def set_aside_unreadable(self, conn: Connection, ids: Sequence[int]) -> int:
         """Mark dead, with a message, those of ``ids`` whose rows cannot make a Job."""
@@ -105,6 +108,9 @@ class Claims(EngineBase):
                 row = conn.execute(sa.select(*self._job_columns).where(j.c.id == job_id)).one()
                 Job.from_tuple((*row, None), 0)
             except (TypeError, ValueError) as exc:
+                keyed = conn.execute(
+                    sa.select(j.c.queue, j.c["key"], j.c.key_seq).where(j.c.id == job_id)
+                ).one()
                 now = self.dialect.now()
                 message = (
                     f"the row of job {job_id} cannot be read ({type(exc).__name__}: {exc}); it "
@@ -116,6 +122,8 @@ class Claims(EngineBase):
                     .where(j.c.id == job_id, j.c.status == Status.AVAILABLE)
                     .values(status=Status.DEAD, message=message, finished_at=now, updated_at=now)
                 )
+                if keyed[2] is not None:  # it headed its key's line (it was available)
+                    self.release_key(conn, keyed[0], keyed[1], int(keyed[2]), job_id)
                 found += 1
         return found
 
@@ -177,7 +185,7 @@ class Claims(EngineBase):
             ).all()
         jobs = [Job.from_tuple(row, 0) for row in rows]
         jobs.sort(key=lambda job: tuple(getattr(job, name) for name in self._claim_key))
-        return jobs
+        return self.admit(conn, jobs)
 
     def release_claims(
         self, conn: Connection, jobs: Sequence[Job], claimed_by: str | None = None

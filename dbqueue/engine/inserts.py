@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..job import Status
-from .base import EngineBase
+from .keys import Keys
 from .records import NewJob, truncate
 
 #: Rows per columnar INSERT (PostgreSQL): large enough that statement overhead vanishes.
@@ -18,7 +18,7 @@ _COLUMNAR_ROWS = 10_000
 # SQLite's default limit (32766) is the lowest of the supported databases'.
 _MAX_BIND_PARAMETERS = 32_000
 #: What an optional column holds when a job leaves it unset (its server default).
-_UNSET: dict[str, Any] = {"dead": False}
+_UNSET: dict[str, Any] = {"dead": False, "status": Status.AVAILABLE}
 
 
 def _same_columns(rows: list[dict[str, Any]]) -> None:
@@ -30,7 +30,15 @@ def _same_columns(rows: list[dict[str, Any]]) -> None:
                 row[name] = _UNSET.get(name)
 
 
-class Inserts(EngineBase):
+def _in_line(row: dict[str, Any], place: int) -> dict[str, Any]:
+    """A keyed job's row: its place in its key's line, blocked unless it heads it."""
+    row["key_seq"] = place
+    if place != 1:
+        row["status"] = Status.BLOCKED
+    return row
+
+
+class Inserts(Keys):
     def _insert_statement(self, timing: str) -> sa.Insert:
         """INSERT whose columns come from the parameters; with a delay, run_at is computed from
         the database clock and the ``delay_seconds`` parameter."""
@@ -46,6 +54,8 @@ class Inserts(EngineBase):
 
     def insert(self, conn: Connection, job: NewJob) -> int:
         row = job.values()
+        if job.key is not None:
+            _in_line(row, self.take_places(conn, job.queue, job.key, 1))
         timing = job.timing
         if timing == "delay":
             row["delay_seconds"] = float(job.delay or 0)
@@ -117,8 +127,14 @@ class Inserts(EngineBase):
         )
         if need_ids and not returning:
             return [self.insert(conn, job) for job in jobs]
+        all_rows = [job.values() for job in jobs]
+        keyed = [i for i, job in enumerate(jobs) if job.key is not None]
+        if keyed:
+            lines = [(jobs[i].queue, jobs[i].key) for i in keyed]
+            for i, place in zip(keyed, self.places_of(conn, lines), strict=True):  # type: ignore[arg-type]
+                _in_line(all_rows[i], place)
         for timing, indexes in groups.items():
-            rows = [jobs[i].values() for i in indexes]
+            rows = [all_rows[i] for i in indexes]
             if timing != "delay" and returning and len(rows) > 1:
                 columnar = self._insert_columnar(conn, rows, timing)
                 if columnar is not None:

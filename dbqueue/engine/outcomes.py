@@ -102,6 +102,9 @@ class Outcomes(UniqueKeys):
             changed = conn.execute(stmt, params).rowcount
         if awaited:
             self.announce_finished(conn, [job.id for job, _ in done if job.awaited])
+        keyed = [job for job, _ in done if job.key_seq is not None]
+        if keyed:
+            self._release_completed(conn, keyed, changed == size)
         self._release_done(conn, [job for job, _ in done], changed)
         return changed
 
@@ -114,6 +117,21 @@ class Outcomes(UniqueKeys):
             self.release_unique(conn, held)
         else:
             self.release_finished(conn, [job_id for _, _, job_id in held])
+
+    def _release_completed(self, conn: Connection, keyed: list[Job], all_changed: bool) -> None:
+        """Release the keys of completed jobs; only of those the UPDATE changed, so a key is
+        never released by a job whose completion did not happen (a double release would let
+        two jobs of the key run)."""
+        if not all_changed:
+            j = self.jobs
+            ids = [job.id for job in keyed]
+            done = set(
+                conn.execute(
+                    sa.select(j.c.id).where(j.c.id.in_(ids), j.c.status == Status.SUCCEEDED)
+                ).scalars()
+            )
+            keyed = [job for job in keyed if job.id in done]
+        self.release_keys(conn, keyed)
 
     def _case(
         self,
@@ -195,6 +213,7 @@ class Outcomes(UniqueKeys):
         dead_letter: bool,
         claimed_by: str | None = None,
         same_attempt: bool = False,
+        exclusive_key: bool = False,
     ) -> FailResult:
         """Record a failed attempt: retry after ``retry_in`` seconds, or mark the job dead.
 
@@ -204,7 +223,9 @@ class Outcomes(UniqueKeys):
         did not change (no longer ours, or already finished) gets no dead-letter job.
         ``same_attempt``: change the row only if it is still at the attempt that ran (a
         compare-and-set for outcomes written outside the claim's transaction, which another
-        worker may have claimed again since).
+        worker may have claimed again since). A keyed job that dies releases its key; one that
+        will be retried keeps its place in its key's line, unless ``exclusive_key`` (its task's
+        ``key_mode="exclusive"``): then it goes to the back of the line.
         """
         j = self.jobs
         message = truncate(message)
@@ -228,6 +249,11 @@ class Outcomes(UniqueKeys):
         if same_attempt:
             guard.append(j.c.attempt == job.attempt - attempt_increment)
         changed = conn.execute(sa.update(j).where(*guard).values(values)).rowcount
+        if changed and job.key_seq is not None:
+            if retry_in is None:
+                self.release_keys(conn, [job])
+            elif exclusive_key:
+                self.back_of_line(conn, job)
         if changed and retry_in is None and job.awaited:
             self.announce_finished(conn, [job.id])
         if changed and retry_in is None:

@@ -104,8 +104,9 @@ class Queries(UniqueKeys):
             return [dict(row._mapping) for row in rows]
 
     def requeue_dead(self, conn: Connection, ids: Sequence[int]) -> list[int]:
-        """Put dead jobs back to run now with a fresh attempt count; returns the ids requeued.
-        A dead job whose unique key another unfinished job holds now stays dead."""
+        """Put dead jobs back to run now with a fresh attempt count (a keyed one at the back of
+        its key's line); returns the ids requeued. A dead job whose unique key another
+        unfinished job holds now stays dead."""
         j = self.jobs
         with self.translate_errors():
             found = (
@@ -134,4 +135,5 @@ class Queries(UniqueKeys):
                         (j.c.updated_at, now),
                     )
                 )
+                self.join_lines(conn, found)  # keyed ones go to the back of their key's line
         return sorted(int(i) for i in found)

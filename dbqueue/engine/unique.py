@@ -71,7 +71,7 @@ class UniqueRelease(EngineBase):
         now = self.dialect.now()
         conn.execute(
             sa.update(j)
-            .where(j.c.id == rerun_id, j.c.status == Status.AVAILABLE)
+            .where(j.c.id == rerun_id, j.c.status.in_(Status.WAITING))
             .values(run_at=now if rerun_at is None else rerun_at, updated_at=now)
         )
         conn.execute(
@@ -241,7 +241,7 @@ class UniqueKeys(UniqueRelease, Inserts):
         if not held_back:
             values["run_at"] = self._run_at(job)
         conn.execute(
-            sa.update(j).where(j.c.id == job_id, j.c.status == Status.AVAILABLE).values(values)
+            sa.update(j).where(j.c.id == job_id, j.c.status.in_(Status.WAITING)).values(values)
         )
 
     def _set_holder(self, conn: Connection, job: NewJob, **values: Any) -> None:
@@ -249,8 +249,15 @@ class UniqueKeys(UniqueRelease, Inserts):
         conn.execute(sa.update(u).where(*self._key_of(job.queue, job.unique_key)).values(values))
 
     def _drop(self, conn: Connection, new_id: int) -> None:
-        """The job this enqueue inserted before it knew of the holder (it never committed)."""
-        conn.execute(sa.delete(self.jobs).where(self.jobs.c.id == new_id))
+        """The job this enqueue inserted before it knew of the holder (it never committed);
+        one that took the head of its key's line gives that place up."""
+        j = self.jobs
+        row = conn.execute(
+            sa.select(j.c.queue, j.c["key"], j.c.key_seq, j.c.status).where(j.c.id == new_id)
+        ).one()
+        conn.execute(sa.delete(j).where(j.c.id == new_id))
+        if row.key_seq is not None and row.status == Status.AVAILABLE:
+            self.release_key(conn, row.queue, row.key, row.key_seq, new_id)
 
     def _run_at(self, job: NewJob) -> Any:
         if job.run_at is not None:
@@ -261,6 +268,6 @@ class UniqueKeys(UniqueRelease, Inserts):
 
 
 def _state_of(status: str) -> str:
-    if status == Status.AVAILABLE:
+    if status in Status.WAITING:  # due, scheduled, or blocked behind its key's line
         return WAITING
     return RUNNING if status == Status.RUNNING else FINISHED

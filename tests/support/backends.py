@@ -203,7 +203,7 @@ class Backend:
         pending: list[dict[str, Any]] = []
         for _ in range(rounds):
             self.run_worker(app, **options)
-            pending = [j for j in self.jobs() if j["status"] in ("available", "running")]
+            pending = [j for j in self.jobs() if j["status"] in ("available", "running", "blocked")]
             if not pending:
                 return
             time.sleep(0.05)
@@ -235,6 +235,7 @@ class Backend:
                 conn.execute(sa.text(f"DELETE FROM {self.prefix}subscriptions"))
                 conn.execute(app.tables.cancels.delete())
                 conn.execute(app.tables.unique.delete())
+                conn.execute(app.tables.keys.delete())
                 conn.execute(effects.delete())
                 conn.execute(
                     maintenance.update().values(
