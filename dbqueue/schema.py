@@ -96,6 +96,7 @@ class TableNames:
         """Unique keys: one row per (queue, unique_key) an unfinished job holds."""
         return f"{self.jobs}_unique"
 
+    @property
     def keys(self) -> str:
         """Busy keys: a row per (queue, key) that has unfinished jobs (see engine/keys.py)."""
         return f"{self.jobs}_keys"
