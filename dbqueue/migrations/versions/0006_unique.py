@@ -1,7 +1,7 @@
 """Unique jobs: the jobs table's ``unique_key`` and the table of held keys.
 
 Revision ID: 0006_unique
-Revises: 0004
+Revises: 0005_keys
 Create Date: 2026-11-24
 
 A nullable column without default (adding it rewrites no row) and a small table whose only key
@@ -19,7 +19,7 @@ from dbqueue.schema import MAX_UNIQUE_KEY, NowDefault, TableNames
 from dbqueue.sqltypes import UtcDateTime
 
 revision = "0006_unique"
-down_revision = "0004"
+down_revision = "0005_keys"
 branch_labels = None
 depends_on = None
 
