@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
+import json
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -18,7 +21,7 @@ from sqlalchemy.orm import Session, scoped_session
 
 from . import dialects
 from . import payload as payload_codec
-from .engine import ON_CONFLICT, NewJob
+from .engine import COALESCE, ON_CONFLICT, NewJob
 from .errors import ConfigurationError
 from .identifiers import check_queue_name, check_task_name
 from .schema import DEFAULT_PRIORITY, MAX_KEY_CHARS, MAX_UNIQUE_KEY
@@ -57,6 +60,7 @@ class EnqueueOptions(TypedDict, total=False):
     business_group: str | None
     unique_key: str | None  # unique among the queue's unfinished jobs
     on_conflict: str | None  # "skip" (default), "replace" or "rerun"
+    score: float | None  # a coalescing task's payload order (default: enqueue time)
     key: str | None  # jobs of the queue sharing a key never run at once (see key_mode)
 
 
@@ -75,9 +79,9 @@ def check_option_names(call: str, options: Mapping[str, Any]) -> None:
 def check_no_unique(call: str, options: Mapping[str, Any]) -> None:
     """A publication makes one job per subscriber, in one queue: one unique key cannot hold
     for all of them."""
-    if options.get("unique_key") is not None or options.get("on_conflict") is not None:
+    if any(options.get(name) is not None for name in ("unique_key", "on_conflict", "score")):
         raise ConfigurationError(
-            f"{call}() takes no unique_key/on_conflict (each subscriber gets its own job): "
+            f"{call}() takes no unique_key/on_conflict/score (each subscriber gets its own job): "
             "enqueue a unique job that publishes instead"
         )
 
@@ -102,7 +106,18 @@ def job_for_task(
     max_attempts = options.pop("max_attempts", None)
     if max_attempts is None:
         max_attempts = (definition and definition.max_attempts) or context.max_attempts
-    return build_job(
+    score = options.pop("score", None)
+    coalesce = definition is not None and definition.coalesce and options.get("key") is not None
+    if coalesce and options.get("unique_key") is not None:
+        raise ConfigurationError(
+            f"task {task!r} coalesces by key: its jobs take no unique_key (they merge by key)"
+        )
+    if score is not None and not coalesce:
+        raise ConfigurationError(
+            "score orders the payloads of a coalescing task: register the task with "
+            "coalesce=True and enqueue with a key"
+        )
+    job = build_job(
         task,
         payload,
         queue=queue or context.default_queue,
@@ -111,6 +126,24 @@ def job_for_task(
         max_payload_bytes=context.max_payload_bytes,
         **options,
     )
+    return coalescing(job, task, score) if coalesce else job
+
+
+def coalescing(job: NewJob, task: str, score: Any) -> NewJob:
+    """A coalescing task's job: its key made the unique key its enqueues merge on, its payload
+    the first of its scored payloads."""
+    if score is None:
+        score = time.time()
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or score != score:
+        raise ConfigurationError(f"score={score!r} must be a number (default: the enqueue time)")
+    assert job.key is not None
+    unique_key = f"coalesce:{task}:{job.key}"
+    if len(unique_key) > MAX_UNIQUE_KEY:
+        unique_key = "coalesce:" + hashlib.sha256(unique_key.encode()).hexdigest()
+    job.unique_key, job.on_conflict = unique_key, COALESCE
+    payload = job.payload if job.payload is not None else "null"
+    job.scored_payloads = payload_codec.EncodedPayload(f"[[{json.dumps(float(score))}, {payload}]]")
+    return job
 
 
 def write_target(target: Target) -> Target:

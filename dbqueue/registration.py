@@ -31,6 +31,7 @@ class HandlerOptions(TypedDict, total=False):
     retry_base_interval: float | None  # or: base × attempt (not with backoff)
     dead_handler: Handler | None  # runs once the job's attempts are exhausted
     key_mode: str | None  # "ordered" (default) or "exclusive": how jobs sharing a key wait
+    coalesce: bool | None  # enqueues of a key merge into its waiting job (job.payloads)
 
 
 def _definition(
@@ -60,8 +61,15 @@ def _definition(
         backoff=backoff,
         dead_handler=options.get("dead_handler"),
         key_mode=key_mode,
+        coalesce=_check_coalesce(call, name, options.get("coalesce")),
         **extra,
     )
+
+
+def _check_coalesce(call: str, name: str, coalesce: Any) -> bool:
+    if coalesce is not None and not isinstance(coalesce, bool):
+        raise ConfigurationError(f"{call} {name!r}: coalesce={coalesce!r} must be True or False")
+    return bool(coalesce)
 
 
 class HandlerRegistration:

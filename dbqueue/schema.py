@@ -210,6 +210,7 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         sa.Column("awaited", sa.Boolean(), nullable=True),  # a caller waits (app.call)
         _timestamp("cancel_requested_at"),  # a cancel asked of a running job
         sa.Column("unique_key", sa.String(MAX_UNIQUE_KEY), nullable=True),  # see unique_table
+        sa.Column("scored_payloads", Payload(), nullable=True),  # a coalescing task's payloads
         sa.Column(
             "key", sa.String(MAX_KEY_CHARS), nullable=True
         ),  # jobs of a key run one at a time

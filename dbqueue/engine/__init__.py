@@ -22,9 +22,10 @@ from .periodic import PeriodicTicks
 from .queries import Queries
 from .records import FailResult, NewJob, QueueStats, truncate
 from .slots import Slots
-from .unique import ON_CONFLICT
+from .unique import COALESCE, ON_CONFLICT
 
 __all__ = [
+    "COALESCE",
     "ON_CONFLICT",
     "CancelRequestRows",
     "FailResult",

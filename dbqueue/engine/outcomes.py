@@ -258,6 +258,8 @@ class Outcomes(UniqueKeys):
             self.announce_finished(conn, [job.id])
         if changed and retry_in is None:
             self._release_done(conn, [job], changed)
+        elif changed and job.scored_payloads is not None and job.unique_key:
+            self.absorb_follow_up(conn, job)
         if changed and retry_in is None and dead_letter and not job.dead:
             return FailResult(changed, self.insert(conn, self.dead_letter_of(job)))
         return FailResult(changed)

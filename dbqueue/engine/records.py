@@ -43,6 +43,8 @@ class NewJob:
     unique_key: str | None = None
     #: What an enqueue does when an unfinished job holds ``unique_key`` (not a column).
     on_conflict: str | None = None
+    #: A coalescing task's payloads, merged: JSON ``[[score, payload], …]`` by score.
+    scored_payloads: payload_codec.EncodedPayload | None = None
     #: Jobs of the queue sharing a key never run at once (see engine/keys.py).
     key: str | None = None
 

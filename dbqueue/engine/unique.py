@@ -16,18 +16,22 @@ with SKIP LOCKED (a row a worker's claim holds is running: nothing waits for it)
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from .. import payload as payload_codec
 from ..job import Status
 from .base import EngineBase
 from .inserts import Inserts
 from .records import NewJob
 
 ON_CONFLICT = ("skip", "replace", "rerun")
+#: A coalescing task's enqueues: merge into the waiting job of the key, else rerun-like.
+COALESCE = "coalesce"
 #: run_at of a rerun's follow-up while the holder runs: never due until the holder finishes
 #: and hands it the key (and its real run_at, kept in the key's row meanwhile).
 HELD_BACK = dt.datetime(9999, 1, 1, tzinfo=dt.timezone.utc)
@@ -123,22 +127,79 @@ class UniqueKeys(UniqueRelease, Inserts):
         job stays dead: the holder does its work)."""
         j = self.jobs
         keyed = conn.execute(
-            sa.select(j.c.id, j.c.queue, j.c.unique_key).where(
+            sa.select(j.c.id, j.c.queue, j.c.unique_key, j.c.scored_payloads).where(
                 j.c.id.in_(list(ids)), j.c.unique_key.isnot(None)
             )
         ).all()
         refused = set()
-        for job_id, queue, key in keyed:
+        for job_id, queue, key, scored in keyed:
             job = NewJob(task="", payload=None, queue=queue, priority=0, max_attempts=1)
             job.unique_key = key
             holder = self._take_key(conn, job, int(job_id))
             if holder is None or int(holder.job_id) == job_id:
                 continue
-            if self._state(conn, int(holder.job_id)) == FINISHED and holder.rerun_id is None:
+            refused.add(int(job_id))
+            state = self._state(conn, int(holder.job_id))
+            if state == FINISHED and holder.rerun_id is None:
                 self._set_holder(conn, job, job_id=int(job_id), rerun_id=None, rerun_at=None)
-            else:
-                refused.add(int(job_id))
+                refused.discard(int(job_id))
+            elif scored is not None:  # a coalesced job: merge into the job that waits
+                self._merge_dead(conn, job, int(job_id), scored, holder, state)
         return [job_id for job_id in ids if job_id not in refused]
+
+    def _merge_dead(
+        self, conn: Connection, job: NewJob, dead_id: int, scored: Any, holder: Any, state: str
+    ) -> None:
+        """Lowkiq's rule for a dead job requeued while a job of its key waits: the payloads
+        merge into the waiting one, which runs now from its first attempt; the dead job leaves
+        the morgue (cancelled, naming the job that took its payloads)."""
+        j = self.jobs
+        target, follow_up = int(holder.job_id), False
+        if state != WAITING:
+            rerun_id = holder.rerun_id
+            if rerun_id is None or self._state(conn, int(rerun_id)) != WAITING:
+                return  # the holder runs and nothing waits: the dead job stays dead
+            target, follow_up = int(rerun_id), True
+        self.merge_payloads(conn, target, scored)
+        now = self.dialect.now()
+        values: dict[str, Any] = {"attempt": 0}
+        if follow_up:
+            self._set_holder(conn, job, rerun_at=now)
+        else:
+            values["run_at"] = now
+        conn.execute(sa.update(j).where(j.c.id == target).values(values))
+        conn.execute(
+            sa.update(j)
+            .where(j.c.id == dead_id, j.c.status == Status.DEAD)
+            .values(
+                status=Status.CANCELLED,
+                message=f"requeued: its payloads merged into job {target}",
+                updated_at=now,
+            )
+        )
+
+    def absorb_follow_up(self, conn: Connection, job: Any) -> None:
+        """Lowkiq's rule for a failed attempt of a coalesced job: the payloads enqueued while
+        it ran (its follow-up's) merge into it, and it keeps its run_at and attempt."""
+        u, j = self.tables.unique, self.jobs
+        row = conn.execute(
+            sa.select(u.c.rerun_id)
+            .where(*self._key_of(job.queue, job.unique_key), u.c.job_id == job.id)
+            .with_for_update()
+        ).first()
+        if row is None or row.rerun_id is None:
+            return
+        follow = conn.execute(
+            sa.select(j.c.scored_payloads, j.c.status).where(j.c.id == row.rerun_id)
+        ).first()
+        if follow is not None and follow.status in Status.WAITING:
+            self.merge_payloads(conn, job.id, follow.scored_payloads)
+            self._drop(conn, int(row.rerun_id))
+        conn.execute(
+            sa.update(u)
+            .where(*self._key_of(job.queue, job.unique_key))
+            .values(rerun_id=None, rerun_at=None)
+        )
 
     def _take_key(self, conn: Connection, job: NewJob, new_id: int) -> Any:
         """Insert the key's row for ``new_id``, or lock the existing one: None when the key
@@ -203,9 +264,11 @@ class UniqueKeys(UniqueRelease, Inserts):
                 return None
             self._set_holder(conn, job, job_id=new_id, rerun_id=None, rerun_at=None)
             return new_id
-        if state == WAITING and on_conflict != "skip":
+        if state == WAITING and on_conflict == COALESCE:
+            self.merge_payloads(conn, holder_id, job.scored_payloads)
+        elif state == WAITING and on_conflict != "skip":
             self._swap(conn, holder_id, job)
-        elif state == RUNNING and on_conflict == "rerun":
+        elif state == RUNNING and on_conflict in ("rerun", COALESCE):
             return self._follow_up(conn, job, new_id, rerun_id)
         self._drop(conn, new_id)
         return holder_id
@@ -213,14 +276,38 @@ class UniqueKeys(UniqueRelease, Inserts):
     def _follow_up(self, conn: Connection, job: NewJob, new_id: int, rerun_id: Any) -> int:
         """The holder runs: one follow-up waits for it, however many reruns arrive."""
         if rerun_id is not None and self._state(conn, int(rerun_id)) == WAITING:
-            self._swap(conn, int(rerun_id), job, held_back=True)
-            self._set_holder(conn, job, rerun_at=self._run_at(job))
+            if job.on_conflict == COALESCE:  # the follow-up keeps its own run_at (Lowkiq)
+                self.merge_payloads(conn, int(rerun_id), job.scored_payloads)
+            else:
+                self._swap(conn, int(rerun_id), job, held_back=True)
+                self._set_holder(conn, job, rerun_at=self._run_at(job))
             self._drop(conn, new_id)
             return int(rerun_id)
         j = self.jobs
         conn.execute(sa.update(j).where(j.c.id == new_id).values(run_at=HELD_BACK))
         self._set_holder(conn, job, rerun_id=new_id, rerun_at=self._run_at(job))
         return new_id
+
+    def merge_payloads(self, conn: Connection, job_id: int, scored: Any) -> None:
+        """Lowkiq's merge: the union of the payloads, ordered by score, an equal payload
+        keeping its lowest score; ``payload`` becomes the newest (highest score). The job's
+        run_at and attempt stay as they are."""
+        j = self.jobs
+        row = conn.execute(
+            sa.select(j.c.payload, j.c.scored_payloads).where(j.c.id == job_id)
+        ).one()
+        merged = merge_scored(row.scored_payloads or [[0.0, row.payload]], _decoded(scored))
+        newest = payload_codec.encode(merged[-1][1], max_bytes=None)
+        conn.execute(
+            sa.update(j)
+            .where(j.c.id == job_id)
+            .values(
+                payload=newest,
+                payload_hash=payload_codec.payload_hash(newest),
+                scored_payloads=payload_codec.encode(merged, max_bytes=None),
+                updated_at=self.dialect.now(),
+            )
+        )
 
     def _promote_stranded(self, conn: Connection, job: NewJob, rerun_id: int) -> None:
         u = self.tables.unique
@@ -265,6 +352,23 @@ class UniqueKeys(UniqueRelease, Inserts):
         if job.delay:
             return self.dialect.now_plus(job.delay)
         return self.dialect.now()
+
+
+def merge_scored(*lists: Any) -> list[list[Any]]:
+    """[[score, payload], …] lists merged: one entry per distinct payload (compared by its
+    canonical JSON) with its lowest score, sorted by score (ties keep their first order)."""
+    best: dict[str, list[Any]] = {}
+    for entries in lists:
+        for score, payload in entries or ():
+            canonical = payload_codec.encode(payload, max_bytes=None)
+            found = best.get(canonical)
+            if found is None or score < found[0]:
+                best[canonical] = [score, payload]
+    return sorted(best.values(), key=lambda entry: entry[0])
+
+
+def _decoded(scored: Any) -> Any:
+    return json.loads(scored) if isinstance(scored, str) else scored
 
 
 def _state_of(status: str) -> str:

@@ -1,4 +1,5 @@
-"""Unique jobs: the jobs table's ``unique_key`` and the table of held keys.
+"""Unique jobs and coalescing: the jobs table's ``unique_key`` and ``scored_payloads``, and the
+table of held keys.
 
 Revision ID: 0006_unique
 Revises: 0005_keys
@@ -16,7 +17,7 @@ from alembic import op
 
 from dbqueue.migrate import script_names, table_options
 from dbqueue.schema import MAX_UNIQUE_KEY, NowDefault, TableNames
-from dbqueue.sqltypes import UtcDateTime
+from dbqueue.sqltypes import Payload, UtcDateTime
 
 revision = "0006_unique"
 down_revision = "0005_keys"
@@ -30,6 +31,9 @@ def upgrade(names: TableNames | None = None) -> None:
         names.jobs,
         sa.Column("unique_key", sa.String(MAX_UNIQUE_KEY), nullable=True),
         schema=names.schema,
+    )
+    op.add_column(
+        names.jobs, sa.Column("scored_payloads", Payload(), nullable=True), schema=names.schema
     )
     op.create_table(
         names.unique,
@@ -54,4 +58,5 @@ def downgrade(names: TableNames | None = None) -> None:
     names = script_names(names)
     op.drop_table(names.unique, schema=names.schema)
     with op.batch_alter_table(names.jobs, schema=names.schema) as batch:
+        batch.drop_column("scored_payloads")
         batch.drop_column("unique_key")
