@@ -209,12 +209,12 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         sa.Column("result", Payload(), nullable=True),  # the handler's return value, as JSON
         sa.Column("awaited", sa.Boolean(), nullable=True),  # a caller waits (app.call)
         _timestamp("cancel_requested_at"),  # a cancel asked of a running job
-        sa.Column("unique_key", sa.String(MAX_UNIQUE_KEY), nullable=True),  # see unique_table
-        sa.Column("scored_payloads", Payload(), nullable=True),  # a coalescing task's payloads
         sa.Column(
             "key", sa.String(MAX_KEY_CHARS), nullable=True
         ),  # jobs of a key run one at a time
         sa.Column("key_seq", sa.BigInteger(), nullable=True),  # its place in the key's line
+        sa.Column("unique_key", sa.String(MAX_UNIQUE_KEY), nullable=True),  # see unique_table
+        sa.Column("scored_payloads", Payload(), nullable=True),  # a coalescing task's payloads
         schema=names.schema,
         **_table_kwargs("jobs"),
     )
