@@ -10,18 +10,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sqlalchemy.engine import Engine
 from typing_extensions import Unpack
 
-from . import maintenance, migrate, publishing
+from . import maintenance, migrate
 from . import payload as payload_codec
+from .aio import AsyncClient
 from .calls import ResultCalls
 from .cancel_api import CancelAPI
 from .client import (
     EnqueueOptions,
     Target,
-    check_no_unique,
-    check_option_names,
     connection_for,
-    insert_job,
-    job_for_task,
     write_target,
 )
 from .config import Settings
@@ -36,10 +33,12 @@ from .retry import Backoff
 from .runtime import RuntimeContext
 from .scheduling import PeriodicRegistration
 from .schema import DEFAULT_HTTP_METHOD
+from .tenants import TenantSource
 from .wakeups import CommitWaker
 
 if TYPE_CHECKING:
-    from .engine import NewJob
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from .maintenance import MaintenanceSettings
     from .pubsub import SubscriptionStore
     from .schema import QueueTables, TableNames
@@ -55,15 +54,27 @@ def _from_context(name: str, doc: str) -> Any:
 
 
 class App(
-    EagerMode, HandlerRegistration, CancelAPI, PeriodicRegistration, QueueConfiguration, ResultCalls
+    EagerMode,
+    AsyncClient,
+    HandlerRegistration,
+    CancelAPI,
+    PeriodicRegistration,
+    QueueConfiguration,
+    ResultCalls,
 ):
     """A queue: where its tables live, which tasks it knows, and how to enqueue and consume.
 
     ``App("postgresql+psycopg2://…")`` or ``App(engine)``; with no argument the URL comes from
     DBQUEUE_URL, else the seed's DB_*/DATABASE_* variables, else ``sqlite:///dbqueue.db``.
-    Creating an App never connects; the first enqueue or worker does. ``lock_server``
+    Creating an App never connects; the first enqueue or worker does. ``async_url`` (default
+    $DBQUEUE_ASYNC_URL, else the URL with the database's asyncio driver) is where the async
+    calls (``aenqueue`` …) open transactions of their own. ``lock_server``
     ("HOST:PORT", default $DBQUEUE_LOCK_SERVER) is where the lock_server strategy takes its
-    locks and where enqueues hint that work is available.
+    locks and where enqueues hint that work is available. ``tenant_databases`` (a mapping
+    tenant → URL, a URL template with ``{tenant}``, or a callable tenant → URL or Engine;
+    default: the seed's credentials API when MULTI_DATABASE=true) is where handlers registered
+    with ``tenant_database=True`` find the job's tenant's database; ``tenant_cache_size``
+    (default $DBQUEUE_TENANT_CACHE_SIZE, else 20) how many tenants' engines stay open.
     """
 
     #: The class ``worker()`` builds. The worker layer sits above this one, so ``dbqueue``'s
@@ -74,6 +85,7 @@ class App(
         self,
         url: str | Engine | None = None,
         *,
+        async_url: str | None = None,
         dialect: str | None = None,
         table_prefix: str | None = None,
         schema: str | None = None,
@@ -88,6 +100,8 @@ class App(
         webhook_timeout: float | None = None,
         eager: bool | None = None,
         eager_raise: bool | None = None,
+        tenant_databases: TenantSource | None = None,
+        tenant_cache_size: int | None = None,
         settings: Settings | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
@@ -98,6 +112,7 @@ class App(
         base = settings if settings is not None else Settings.from_env(environ)
         merged = base.merged(
             url=url if isinstance(url, str) else None,
+            async_url=async_url,
             dialect=dialect,
             table_prefix=table_prefix,
             schema=schema,
@@ -112,9 +127,18 @@ class App(
             webhook_timeout=webhook_timeout,
             eager=check_flag("eager", eager),
             eager_raise=check_flag("eager_raise", eager_raise),
+            tenant_cache_size=tenant_cache_size,
         )
         engine = url if isinstance(url, Engine) else None
-        self._use(RuntimeContext(merged, engine=engine, backoff=backoff, environ=environ))
+        self._use(
+            RuntimeContext(
+                merged,
+                engine=engine,
+                backoff=backoff,
+                environ=environ,
+                tenant_databases=tenant_databases,
+            )
+        )
 
     def _use(self, context: RuntimeContext) -> None:
         self.context = context
@@ -152,6 +176,17 @@ class App(
         """A new engine on the App's database, configured the way dbqueue needs it."""
         return self.context.create_engine(**kwargs)
 
+    def create_async_engine(self, **kwargs: Any) -> AsyncEngine:
+        """A new asyncio engine on the App's database (``async_url``, else the URL with the
+        database's asyncio driver: postgresql+asyncpg, mysql+aiomysql, sqlite+aiosqlite)."""
+        return self.context.create_async_engine(**kwargs)
+
+    @property
+    def async_engine(self) -> AsyncEngine:
+        """The asyncio engine ``aenqueue(None, …)`` uses in the running event loop (one per
+        loop: an asyncio connection belongs to the loop that opened it)."""
+        return self.context.async_engine()
+
     def queue_engine(self, conn: Any) -> Any:
         """The lifecycle engine for this App's tables on ``conn``'s database."""
         return self.context.queue_engine(conn)
@@ -173,37 +208,12 @@ class App(
         With a ``unique_key`` the id returned is that of the job carrying this enqueue, which
         may be one enqueued before (see the README's "Unique jobs").
         """
-        check_option_names("enqueue", options)
-        job = job_for_task(self.context, task, payload, options)
-        with connection_for(self._target(target, job)) as conn:
-            job_id = insert_job(self.context.queue_engine(conn), conn, job)
-        self._enqueued(target, [job.queue], [job_id])
-        return job_id
+        return self._write(target, self._enqueue_write("enqueue", task, payload, options))
 
     def enqueue_many(self, target: Target | None, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Insert many jobs with one statement; each item is a dict of ``enqueue``'s arguments
         (``task`` required, ``payload`` and the options optional). All are validated first."""
-        built = []
-        for index, spec in enumerate(jobs):
-            options = dict(spec)
-            try:
-                task = options.pop("task")
-            except KeyError:
-                raise ConfigurationError(f"enqueue_many: item {index} has no 'task'") from None
-            payload = options.pop("payload", None)
-            check_option_names("enqueue_many", options)
-            built.append(job_for_task(self.context, task, payload, options))
-        if not built:
-            return []
-        unique = any(job.unique_key for job in built)
-        with connection_for(self._target(target, *built)) as conn:
-            engine = self.context.queue_engine(conn)
-            if unique:  # each one decides against its key's holder: one at a time
-                ids = [insert_job(engine, conn, job) for job in built]
-            else:
-                ids = engine.insert_many(conn, built, need_ids=self.eager)
-        self._enqueued(target, [job.queue for job in built], ids)
-        return ids
+        return self._write(target, self._enqueue_many_write("enqueue_many", jobs))
 
     def publish(
         self,
@@ -243,15 +253,9 @@ class App(
         options: Mapping[str, Any],
         webhooks_only: bool,
     ) -> int:
-        check_option_names("publish_webhook" if webhooks_only else "publish", options)
-        check_no_unique("publish_webhook" if webhooks_only else "publish", options)
-        with connection_for(write_target(self._target(target))) as conn:
-            publication_id, queues, ids = publishing.publish(
-                self.context, conn, topic, payload, options, webhooks_only, need_ids=self.eager
-            )
-        if queues:
-            self._enqueued(target, queues, ids)
-        return publication_id
+        call = "publish_webhook" if webhooks_only else "publish"
+        write = self._publish_write(call, topic, payload, options, webhooks_only)
+        return self._write(target, write)
 
     # ---- subscriptions ------------------------------------------------------------------------
     def add_subscription(
@@ -409,9 +413,5 @@ class App(
         """Run a worker in this thread until it stops (signal, --burst, or a limit)."""
         return self.worker(**options).run()
 
-    def _target(self, target: Target | None, *jobs: NewJob) -> Target:
-        """The caller's target, else the App's engine; a unique job's check reads then
-        writes, so dbqueue's own transaction then takes its write lock first (SQLite)."""
-        if target is None:
-            target = self.context.engine
-        return write_target(target) if any(job.unique_key for job in jobs) else target
+    def _target(self, target: Target | None) -> Target:
+        return self.context.engine if target is None else target
