@@ -50,6 +50,7 @@ _VERSION_COLUMNS = frozenset(("version_num",))
 _PERIODIC_COLUMNS = frozenset(("name", "tick", "job_id"))  # since 0004
 _SLOTS_COLUMNS = frozenset(("queue", "slot", "job_id", "taken_at"))  # since 0004
 _CANCELS_COLUMNS = frozenset(("id", "job_id", "requested_at"))  # since 0004
+_UNIQUE_COLUMNS = frozenset(("queue", "unique_key", "job_id", "rerun_id"))  # since 0006_unique
 
 
 # ---- autogenerate ----------------------------------------------------------------------------
@@ -68,6 +69,8 @@ def is_dbqueue_table(table: sa.Table) -> bool:
     if table.name.endswith("_slots") and columns >= _SLOTS_COLUMNS:
         return True
     if table.name.endswith("_cancels") and columns >= _CANCELS_COLUMNS:
+        return True
+    if table.name.endswith("_unique") and columns >= _UNIQUE_COLUMNS:
         return True
     return table.name.endswith("_alembic") and columns == _VERSION_COLUMNS
 

@@ -204,7 +204,9 @@ class App(
         ``target`` is an ORM Session or a Connection (the job commits or rolls back with the
         caller's work) or an Engine/None (dbqueue commits at once). Lower priority runs first.
         The options (``EnqueueOptions``): queue, priority, delay, run_at, max_attempts,
-        external_key, origin, destination, tenant, business_group.
+        external_key, origin, destination, tenant, business_group, unique_key, on_conflict.
+        With a ``unique_key`` the id returned is that of the job carrying this enqueue, which
+        may be one enqueued before (see the README's "Unique jobs").
         """
         return self._write(target, self._enqueue_write("enqueue", task, payload, options))
 

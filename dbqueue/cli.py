@@ -419,6 +419,12 @@ def _migrated(done: Any, downgrade: bool, revision: str, where: str) -> str:
 @click.option("--destination")
 @click.option("--tenant", type=int)
 @click.option("--business-group")
+@click.option("--unique-key", help="Unique among the queue's unfinished jobs (see README).")
+@click.option(
+    "--on-conflict",
+    type=click.Choice(["skip", "replace", "rerun"]),
+    help="When an unfinished job holds --unique-key (default skip); prints that job's id.",
+)
 @click.option("--key", help="Jobs of the queue sharing a key never run at once (see key_mode).")
 def enqueue(app: App, task: str, payload: str, **options: Any) -> None:
     """Enqueue one job and print its id."""

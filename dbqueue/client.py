@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
+import json
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -18,10 +21,10 @@ from sqlalchemy.orm import Session, scoped_session
 
 from . import dialects
 from . import payload as payload_codec
-from .engine import NewJob
+from .engine import COALESCE, ON_CONFLICT, NewJob
 from .errors import ConfigurationError
 from .identifiers import check_queue_name, check_task_name
-from .schema import DEFAULT_PRIORITY, MAX_KEY_CHARS
+from .schema import DEFAULT_PRIORITY, MAX_KEY_CHARS, MAX_UNIQUE_KEY
 
 if TYPE_CHECKING:
     from .runtime import RuntimeContext
@@ -32,6 +35,7 @@ _TEXT_LIMITS = {
     "origin": 255,
     "destination": 255,
     "business_group": 100,
+    "unique_key": MAX_UNIQUE_KEY,
     "key": MAX_KEY_CHARS,
 }
 
@@ -54,6 +58,9 @@ class EnqueueOptions(TypedDict, total=False):
     destination: str | None
     tenant: int | None
     business_group: str | None
+    unique_key: str | None  # unique among the queue's unfinished jobs
+    on_conflict: str | None  # "skip" (default), "replace" or "rerun"
+    score: float | None  # a coalescing task's payload order (default: enqueue time)
     key: str | None  # jobs of the queue sharing a key never run at once (see key_mode)
 
 
@@ -69,6 +76,23 @@ def check_option_names(call: str, options: Mapping[str, Any]) -> None:
         )
 
 
+def check_no_unique(call: str, options: Mapping[str, Any]) -> None:
+    """A publication makes one job per subscriber, in one queue: one unique key cannot hold
+    for all of them."""
+    if any(options.get(name) is not None for name in ("unique_key", "on_conflict", "score")):
+        raise ConfigurationError(
+            f"{call}() takes no unique_key/on_conflict/score (each subscriber gets its own job): "
+            "enqueue a unique job that publishes instead"
+        )
+
+
+def insert_job(engine: Any, conn: Connection, job: NewJob) -> int:
+    """One job, through its unique key's rules when it has one."""
+    if job.unique_key is not None:
+        return engine.insert_unique(conn, job, job.on_conflict or "skip")
+    return engine.insert(conn, job)
+
+
 def job_for_task(
     context: RuntimeContext, task: str, payload: Any, options: Mapping[str, Any]
 ) -> NewJob:
@@ -82,7 +106,18 @@ def job_for_task(
     max_attempts = options.pop("max_attempts", None)
     if max_attempts is None:
         max_attempts = (definition and definition.max_attempts) or context.max_attempts
-    return build_job(
+    score = options.pop("score", None)
+    coalesce = definition is not None and definition.coalesce and options.get("key") is not None
+    if coalesce and options.get("unique_key") is not None:
+        raise ConfigurationError(
+            f"task {task!r} coalesces by key: its jobs take no unique_key (they merge by key)"
+        )
+    if score is not None and not coalesce:
+        raise ConfigurationError(
+            "score orders the payloads of a coalescing task: register the task with "
+            "coalesce=True and enqueue with a key"
+        )
+    job = build_job(
         task,
         payload,
         queue=queue or context.default_queue,
@@ -91,6 +126,24 @@ def job_for_task(
         max_payload_bytes=context.max_payload_bytes,
         **options,
     )
+    return coalescing(job, task, score) if coalesce else job
+
+
+def coalescing(job: NewJob, task: str, score: Any) -> NewJob:
+    """A coalescing task's job: its key made the unique key its enqueues merge on, its payload
+    the first of its scored payloads."""
+    if score is None:
+        score = time.time()
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or score != score:
+        raise ConfigurationError(f"score={score!r} must be a number (default: the enqueue time)")
+    assert job.key is not None
+    unique_key = f"coalesce:{task}:{job.key}"
+    if len(unique_key) > MAX_UNIQUE_KEY:
+        unique_key = "coalesce:" + hashlib.sha256(unique_key.encode()).hexdigest()
+    job.unique_key, job.on_conflict = unique_key, COALESCE
+    payload = job.payload if job.payload is not None else "null"
+    job.scored_payloads = payload_codec.EncodedPayload(f"[[{json.dumps(float(score))}, {payload}]]")
+    return job
 
 
 def write_target(target: Target) -> Target:
@@ -188,6 +241,8 @@ def build_job(
     business_group: str | None = None,
     publication_id: int | None = None,
     subscription_id: str | None = None,
+    unique_key: str | None = None,
+    on_conflict: str | None = None,
     key: str | None = None,
 ) -> NewJob:
     """Validate one job request; every problem is reported before anything touches the database."""
@@ -211,8 +266,24 @@ def build_job(
         business_group=_check_text("business_group", business_group),
         publication_id=publication_id,
         subscription_id=subscription_id,
+        unique_key=_check_text("unique_key", unique_key),
+        on_conflict=_check_on_conflict(unique_key, on_conflict),
         key=_check_key(key),
     )
+
+
+def _check_on_conflict(unique_key: Any, on_conflict: Any) -> str | None:
+    if on_conflict is None:
+        return None if unique_key is None else "skip"
+    if on_conflict not in ON_CONFLICT:
+        raise ConfigurationError(
+            f"on_conflict={on_conflict!r} is not one of {', '.join(map(repr, ON_CONFLICT))}"
+        )
+    if unique_key is None:
+        raise ConfigurationError(
+            f"on_conflict={on_conflict!r} needs a unique_key: pass unique_key=… too"
+        )
+    return on_conflict
 
 
 def _check_key(key: Any) -> str | None:

@@ -116,6 +116,8 @@ COLUMNS: tuple[str, ...] = (
     "started_at",
     "worker_id",
     "awaited",
+    "unique_key",
+    "scored_payloads",
     "key",
     "key_seq",
 )
@@ -160,6 +162,8 @@ class Job(ItemAccess):
     started_at: dt.datetime | None
     worker_id: str | None
     awaited: bool | None  # a caller waits for this job's end (app.call)
+    unique_key: str | None  # the key it holds among the queue's unfinished jobs
+    scored_payloads: list | None  # a coalescing task's [[score, payload], …], by score
     key: str | None  # jobs of a queue sharing a key never run at once
     key_seq: int | None  # its place in its key's line (None: unkeyed, or not admitted yet)
     # Not a column: set by the worker when a cancel request reaches this job while it runs
@@ -170,6 +174,14 @@ class Job(ItemAccess):
         for name in COLUMNS:
             setattr(self, name, fields.get(name))
         self._cancel_requested_at = None
+
+    @property
+    def payloads(self) -> list[Any]:
+        """Every payload merged into this job, by score (lowest first); ``payload`` is the
+        last. A job of a task without ``coalesce=True`` has one: its payload."""
+        if not self.scored_payloads:
+            return [self.payload]
+        return [payload for _, payload in self.scored_payloads]
 
     def cancel_requested(self) -> bool:
         """Whether ``app.cancel`` asked for this job to stop while it runs.

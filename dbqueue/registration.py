@@ -31,6 +31,7 @@ class HandlerOptions(TypedDict, total=False):
     retry_base_interval: float | None  # or: base × attempt (not with backoff)
     dead_handler: Handler | None  # runs once the job's attempts are exhausted
     key_mode: str | None  # "ordered" (default) or "exclusive": how jobs sharing a key wait
+    coalesce: bool | None  # enqueues of a key merge into its waiting job (job.payloads)
     # handler(job, session, tenant_session): an ORM Session on the job's tenant's database
     tenant_database: bool | None
 
@@ -66,10 +67,17 @@ def _definition(
         priority=options.get("priority"),
         max_attempts=options.get("max_attempts"),
         backoff=backoff,
-        dead_handler=for_tenants(options.get("dead_handler"), tenant),
         key_mode=key_mode,
+        coalesce=_check_coalesce(call, name, options.get("coalesce")),
+        dead_handler=for_tenants(options.get("dead_handler"), tenant),
         **extra,
     )
+
+
+def _check_coalesce(call: str, name: str, coalesce: Any) -> bool:
+    if coalesce is not None and not isinstance(coalesce, bool):
+        raise ConfigurationError(f"{call} {name!r}: coalesce={coalesce!r} must be True or False")
+    return bool(coalesce)
 
 
 class HandlerRegistration:

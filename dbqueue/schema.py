@@ -22,6 +22,7 @@ DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 50
 DEFAULT_MAX_ATTEMPTS = 100  # the seed's QUEUE_MAX_RETRY
 MAX_MESSAGE_CHARS = 10_000
+MAX_UNIQUE_KEY = 255
 MAX_KEY_CHARS = 255  # a job's key (enqueue(..., key=...))
 HTTP_METHODS = ("GET", "POST", "PUT")  # what a webhook subscription may use (the seed's)
 DEFAULT_HTTP_METHOD = "POST"
@@ -91,6 +92,11 @@ class TableNames:
         return f"{self.jobs}_cancels"
 
     @property
+    def unique(self) -> str:
+        """Unique keys: one row per (queue, unique_key) an unfinished job holds."""
+        return f"{self.jobs}_unique"
+
+    @property
     def keys(self) -> str:
         """Busy keys: a row per (queue, key) that has unfinished jobs (see engine/keys.py)."""
         return f"{self.jobs}_keys"
@@ -105,6 +111,7 @@ class TableNames:
             self.periodic,
             self.slots,
             self.cancels,
+            self.unique,
             self.keys,
         )
 
@@ -127,6 +134,7 @@ class QueueTables:
     periodic: sa.Table
     slots: sa.Table
     cancels: sa.Table
+    unique: sa.Table
     keys: sa.Table
 
 
@@ -205,6 +213,8 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
             "key", sa.String(MAX_KEY_CHARS), nullable=True
         ),  # jobs of a key run one at a time
         sa.Column("key_seq", sa.BigInteger(), nullable=True),  # its place in the key's line
+        sa.Column("unique_key", sa.String(MAX_UNIQUE_KEY), nullable=True),  # see unique_table
+        sa.Column("scored_payloads", Payload(), nullable=True),  # a coalescing task's payloads
         schema=names.schema,
         **_table_kwargs("jobs"),
     )
@@ -330,6 +340,28 @@ def cancels_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
     return table
 
 
+def unique_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
+    """Unique keys (``enqueue(..., unique_key=…)``): the row of (queue, unique_key) names the
+    unfinished job that holds the key. Written in the enqueue's transaction, so the primary key
+    makes concurrent enqueues of one key wait for each other and a rolled-back enqueue holds
+    nothing; deleted (or handed to ``rerun_id``) in the transaction that finishes the holder.
+    A primary key and nothing else: SingleStore shards it on ``unique_key``."""
+    return sa.Table(
+        names.unique,
+        metadata,
+        sa.Column("queue", sa.String(64), primary_key=True, autoincrement=False),
+        sa.Column("unique_key", sa.String(MAX_UNIQUE_KEY), primary_key=True, autoincrement=False),
+        sa.Column("job_id", sa.BigInteger(), nullable=False),
+        # The follow-up of on_conflict="rerun" while the holder runs, and when it is due.
+        sa.Column("rerun_id", sa.BigInteger(), nullable=True),
+        _timestamp("rerun_at"),
+        sa.Column("conflicts", sa.Integer(), nullable=False, server_default="0"),
+        _timestamp("created_at", server_now=True, nullable=False),
+        schema=names.schema,
+        **_table_kwargs("unique"),
+    )
+
+
 def keys_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
     """Busy keys: a row exists while a (queue, key) has unfinished keyed jobs; ``last_seq`` is the
     place given to the latest of them. Written in the enqueue's transaction (its row lock
@@ -358,5 +390,6 @@ def tables_for(names: TableNames) -> QueueTables:
         periodic=periodic_table(metadata, names),
         slots=slots_table(metadata, names),
         cancels=cancels_table(metadata, names),
+        unique=unique_table(metadata, names),
         keys=keys_table(metadata, names),
     )

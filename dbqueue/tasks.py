@@ -48,6 +48,8 @@ class TaskDefinition:
     options: dict[str, Any] = field(default_factory=dict)
     #: How jobs of this task that share a key wait for each other (KEY_MODES).
     key_mode: str = ORDERED
+    #: Enqueues with the same key merge into the job of the key that waits (``job.payloads``).
+    coalesce: bool = False
     #: For a subscriber: the subscription id it handles (``name`` is then the topic, or ``*``
     #: for "any topic", as the seed's ``@Subscriber(id)`` registers).
     subscription_id: str | None = None

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Connection
 
 from . import publishing
-from .client import Target, check_option_names, connection_for, job_for_task, write_target
+from .client import (
+    Target,
+    check_no_unique,
+    check_option_names,
+    connection_for,
+    insert_job,
+    job_for_task,
+    write_target,
+)
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -65,10 +73,11 @@ class ClientWrites:
         job = job_for_task(self.context, task, payload, options)
 
         def run(conn: Connection) -> Written:
-            job_id = self.context.queue_engine(conn).insert(conn, job)
+            job_id = insert_job(self.context.queue_engine(conn), conn, job)
             return Written(job_id, [job.queue], [job_id])
 
-        return Write(run)
+        # A unique job reads its key's holder before it writes.
+        return Write(run, reads_first=job.unique_key is not None)
 
     def _enqueue_many_write(self, call: str, jobs: Iterable[Mapping[str, Any]]) -> Write:
         """All items are validated before anything touches the database."""
@@ -85,12 +94,17 @@ class ClientWrites:
         if not built:
             return Write(_nothing)
         need_ids = self.eager
+        unique = any(job.unique_key is not None for job in built)
 
         def run(conn: Connection) -> Written:
-            ids = self.context.queue_engine(conn).insert_many(conn, built, need_ids=need_ids)
+            engine = self.context.queue_engine(conn)
+            if unique:  # each one decides against its key's holder: one at a time
+                ids = [insert_job(engine, conn, job) for job in built]
+            else:
+                ids = engine.insert_many(conn, built, need_ids=need_ids)
             return Written(ids, [job.queue for job in built], ids)
 
-        return Write(run)
+        return Write(run, reads_first=unique)
 
     def _publish_write(
         self,
@@ -101,6 +115,7 @@ class ClientWrites:
         webhooks_only: bool,
     ) -> Write:
         check_option_names(call, options)
+        check_no_unique(call, options)
         publication = publishing.prepare(self.context, topic, payload, options, webhooks_only)
         need_ids = self.eager
 

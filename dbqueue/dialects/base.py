@@ -110,6 +110,19 @@ class Dialect(abc.ABC):
         nothing: rowcount 0 instead of a duplicate-key error, which a database may log and
         which would end the transaction. A periodic tick met by several workers uses it."""
 
+    #: ``insert_or_count`` tells by its rowcount whether it inserted (1) or counted on an
+    #: existing row (2), like MySQL's ON DUPLICATE KEY UPDATE; False: it returns its row's
+    #: ``returning`` columns instead (RETURNING), and the caller compares them.
+    upsert_rowcount_tells: bool = False
+
+    @abc.abstractmethod
+    def insert_or_count(self, table: sa.Table, counter: str) -> sa.Insert:
+        """An INSERT of one row that, when a row with the same primary key exists (or another
+        transaction inserts one and commits), adds 1 to that row's ``counter`` instead, which
+        locks the row for the rest of the transaction. Unlike INSERT IGNORE it takes no shared
+        lock that two transactions would then both upgrade (MySQL's classic deadlock).
+        Unique jobs take their key with it."""
+
     def add_to_counter(self, table: sa.Table, counter: str) -> sa.Insert:
         """An INSERT of one row that, when a row with the same primary key exists (or another
         transaction inserts one and commits), adds the row's ``counter`` value to that row's

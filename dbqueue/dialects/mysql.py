@@ -85,6 +85,13 @@ class MySQLDialect(Dialect):
         # as 1). It would also turn other errors into warnings; dbqueue validates the values.
         return sa.insert(table).prefix_with("IGNORE")
 
+    upsert_rowcount_tells = True
+
+    def insert_or_count(self, table: sa.Table, counter: str) -> sa.Insert:
+        # Affected rows: 1 inserted, 2 updated (the counter always changes, so FOUND_ROWS,
+        # which SQLAlchemy sets, cannot turn an update into a 1).
+        return mysql.insert(table).on_duplicate_key_update({counter: table.c[counter] + 1})
+
     def add_to_counter(self, table: sa.Table, counter: str) -> sa.Insert:
         # No RETURNING here (MySQL 8): the caller reads the counter back, its own write.
         stmt = mysql.insert(table)

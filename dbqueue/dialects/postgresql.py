@@ -56,6 +56,13 @@ class PostgresDialect(Dialect):
     def insert_unless_present(self, table: sa.Table) -> sa.Insert:
         return postgresql.insert(table).on_conflict_do_nothing()
 
+    def insert_or_count(self, table: sa.Table, counter: str) -> sa.Insert:
+        stmt = postgresql.insert(table)
+        return stmt.on_conflict_do_update(
+            index_elements=list(table.primary_key.columns),
+            set_={counter: table.c[counter] + 1},
+        )
+
     counter_returned = True
 
     def add_to_counter(self, table: sa.Table, counter: str) -> sa.Insert:

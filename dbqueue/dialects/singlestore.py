@@ -169,6 +169,12 @@ class SingleStoreDialect(Dialect):
         # INSERT IGNORE discards a row whose key exists (SingleStore's INSERT documentation).
         return sa.insert(table).prefix_with("IGNORE")
 
+    upsert_rowcount_tells = True
+
+    def insert_or_count(self, table: sa.Table, counter: str) -> sa.Insert:
+        # ON DUPLICATE KEY UPDATE works as on MySQL, on any column but the shard key.
+        return mysql.insert(table).on_duplicate_key_update({counter: table.c[counter] + 1})
+
     def add_to_counter(self, table: sa.Table, counter: str) -> sa.Insert:
         # ON DUPLICATE KEY UPDATE works on any key but the shard key's columns (not updated here).
         stmt = mysql.insert(table)

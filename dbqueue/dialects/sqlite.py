@@ -71,6 +71,13 @@ class SQLiteDialect(Dialect):
     def insert_unless_present(self, table: sa.Table) -> sa.Insert:
         return sqlite.insert(table).on_conflict_do_nothing()  # SQLite >= 3.24
 
+    def insert_or_count(self, table: sa.Table, counter: str) -> sa.Insert:
+        stmt = sqlite.insert(table)
+        return stmt.on_conflict_do_update(
+            index_elements=list(table.primary_key.columns),
+            set_={counter: table.c[counter] + 1},
+        )
+
     counter_returned = True
 
     def add_to_counter(self, table: sa.Table, counter: str) -> sa.Insert:

@@ -8,8 +8,8 @@ database's name.
 
 The engine is one interface made of small parts, each a class on the shared EngineBase (tables,
 dialect, statement cache): inserts, claims, outcomes, queries, housekeeping, cancels,
-periodic ticks, queue-limit slots. They are combined by inheritance rather than delegation so
-that a hot-path call costs what it did in one class.
+periodic ticks, queue-limit slots, unique keys. They are combined by inheritance rather than
+delegation so that a hot-path call costs what it did in one class.
 """
 
 from __future__ import annotations
@@ -17,15 +17,24 @@ from __future__ import annotations
 from .cancels import CancelRequestRows, Cancels
 from .claims import Claims
 from .housekeeping import Housekeeping
-from .inserts import Inserts
 from .outcomes import Outcomes
 from .periodic import PeriodicTicks
 from .queries import Queries
 from .records import FailResult, NewJob, QueueStats, truncate
 from .slots import Slots
+from .unique import COALESCE, ON_CONFLICT
 
-__all__ = ["CancelRequestRows", "FailResult", "NewJob", "QueueEngine", "QueueStats", "truncate"]
+__all__ = [
+    "COALESCE",
+    "ON_CONFLICT",
+    "CancelRequestRows",
+    "FailResult",
+    "NewJob",
+    "QueueEngine",
+    "QueueStats",
+    "truncate",
+]
 
 
-class QueueEngine(Outcomes, Inserts, Claims, Queries, Housekeeping, Cancels, PeriodicTicks, Slots):
+class QueueEngine(Outcomes, Claims, Queries, Housekeeping, Cancels, PeriodicTicks, Slots):
     """Every job-lifecycle statement on one set of queue tables of one database."""

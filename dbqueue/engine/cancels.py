@@ -22,12 +22,13 @@ from ..pubsub import PUBLICATION_MARKER
 from ..sqltypes import UtcDateTime
 from .keys import Keys
 from .records import truncate
+from .unique import UniqueRelease
 
 #: The message of a job cancelled before it ran.
 CANCELLED_WAITING = "cancelled while waiting to run"
 
 
-class Cancels(Keys):
+class Cancels(UniqueRelease, Keys):
     def job_states(self, conn: Connection, ids: Sequence[int]) -> dict[int, str]:
         """The committed status of each of ``ids`` that exists; never waits for a lock."""
         if not ids:
@@ -95,6 +96,7 @@ class Cancels(Keys):
                 self.release_key(conn, queue, key, place, job_id)
         if free:
             self.announce_finished(conn, free)  # a caller of app.call may wait for one
+            self.release_finished(conn, free)
         return free
 
     def cancel_running(
@@ -134,6 +136,8 @@ class Cancels(Keys):
             self.release_keys(conn, [job])
         if changed and job.awaited:
             self.announce_finished(conn, [job.id])
+        if changed and job.unique_key:
+            self.release_unique(conn, [(job.queue, job.unique_key, job.id)])
         return changed
 
 

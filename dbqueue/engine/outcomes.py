@@ -13,8 +13,8 @@ from sqlalchemy.engine import Connection
 
 from .. import payload as payload_codec
 from ..job import Job, MalformedPayload, Status
-from .inserts import Inserts
 from .records import FailResult, NewJob, truncate
+from .unique import UniqueKeys
 
 
 @functools.cache
@@ -29,8 +29,9 @@ def _result_names(size: int) -> tuple[str, ...]:
     return tuple(f"result_{i}" for i in range(size))
 
 
-class Outcomes(Inserts):
-    """Extends Inserts: a dead job's dead-letter job is inserted in the same transaction."""
+class Outcomes(UniqueKeys):
+    """Extends Inserts: a dead job's dead-letter job is inserted in the same transaction; and
+    UniqueKeys: a finished job's unique key is released in the same transaction."""
 
     def complete(
         self,
@@ -104,7 +105,18 @@ class Outcomes(Inserts):
         keyed = [job for job, _ in done if job.key_seq is not None]
         if keyed:
             self._release_completed(conn, keyed, changed == size)
+        self._release_done(conn, [job for job, _ in done], changed)
         return changed
+
+    def _release_done(self, conn: Connection, jobs: Sequence[Job], changed: int) -> None:
+        """Release the unique keys of a completed batch (all of it, or what was ours)."""
+        held = [(job.queue, job.unique_key, job.id) for job in jobs if job.unique_key]
+        if not held or not changed:
+            return
+        if changed == len(jobs):
+            self.release_unique(conn, held)
+        else:
+            self.release_finished(conn, [job_id for _, _, job_id in held])
 
     def _release_completed(self, conn: Connection, keyed: list[Job], all_changed: bool) -> None:
         """Release the keys of completed jobs; only of those the UPDATE changed, so a key is
@@ -244,6 +256,10 @@ class Outcomes(Inserts):
                 self.back_of_line(conn, job)
         if changed and retry_in is None and job.awaited:
             self.announce_finished(conn, [job.id])
+        if changed and retry_in is None:
+            self._release_done(conn, [job], changed)
+        elif changed and job.scored_payloads is not None and job.unique_key:
+            self.absorb_follow_up(conn, job)
         if changed and retry_in is None and dead_letter and not job.dead:
             return FailResult(changed, self.insert(conn, self.dead_letter_of(job)))
         return FailResult(changed)

@@ -13,11 +13,11 @@ from sqlalchemy.engine import Connection
 from .. import payload as payload_codec
 from ..job import Status
 from ..sqltypes import UtcDateTime
-from .keys import Keys
 from .records import QueueStats
+from .unique import UniqueKeys
 
 
-class Queries(Keys):
+class Queries(UniqueKeys):
     def get(self, conn: Connection, job_id: int) -> dict[str, Any] | None:
         with self.translate_errors():
             row = conn.execute(sa.select(self.jobs).where(self.jobs.c.id == job_id)).first()
@@ -105,7 +105,8 @@ class Queries(Keys):
 
     def requeue_dead(self, conn: Connection, ids: Sequence[int]) -> list[int]:
         """Put dead jobs back to run now with a fresh attempt count (a keyed one at the back of
-        its key's line); returns the ids requeued."""
+        its key's line); returns the ids requeued. A dead job whose unique key another
+        unfinished job holds now stays dead."""
         j = self.jobs
         with self.translate_errors():
             found = (
@@ -113,6 +114,8 @@ class Queries(Keys):
                 .scalars()
                 .all()
             )
+            if found:
+                found = self.retake_keys(conn, found)
             if found:
                 now = self.dialect.now()
                 # previous_message is assigned first: MySQL evaluates SET left to right with the

@@ -39,6 +39,12 @@ class NewJob:
     live_id: int | None = None
     #: A caller waits for the job's end (``app.call``): the worker announces it.
     awaited: bool = False
+    #: Unique among the queue's unfinished jobs (``enqueue(..., unique_key=…)``).
+    unique_key: str | None = None
+    #: What an enqueue does when an unfinished job holds ``unique_key`` (not a column).
+    on_conflict: str | None = None
+    #: A coalescing task's payloads, merged: JSON ``[[score, payload], …]`` by score.
+    scored_payloads: payload_codec.EncodedPayload | None = None
     #: Jobs of the queue sharing a key never run at once (see engine/keys.py).
     key: str | None = None
 
@@ -67,12 +73,14 @@ class NewJob:
         return "delay" if self.delay else "now"
 
 
-# Columns every insert sets; the optional ones (every other field but the delay, which is not
-# a column) are sent only when a job sets them, the others keep their server defaults: that
-# keeps bulk inserts small, as most jobs set none of them.
+# Columns every insert sets; the optional ones (every other field but the delay and
+# on_conflict, which are not columns) are sent only when a job sets them, the others keep their
+# server defaults: that keeps bulk inserts small, as most jobs set none of them.
 _ALWAYS = ("task", "queue", "payload", "payload_hash", "priority", "max_attempts")
 _OPTIONAL = tuple(
-    field.name for field in fields(NewJob) if field.name not in _ALWAYS and field.name != "delay"
+    field.name
+    for field in fields(NewJob)
+    if field.name not in _ALWAYS and field.name not in ("delay", "on_conflict")
 )
 
 

@@ -234,6 +234,7 @@ class Backend:
                 conn.execute(sa.text(f"DELETE FROM {self.prefix}jobs"))
                 conn.execute(sa.text(f"DELETE FROM {self.prefix}subscriptions"))
                 conn.execute(app.tables.cancels.delete())
+                conn.execute(app.tables.unique.delete())
                 conn.execute(app.tables.keys.delete())
                 conn.execute(effects.delete())
                 conn.execute(

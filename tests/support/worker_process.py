@@ -32,6 +32,9 @@ def build_app(
     def effect(job: dbqueue.Job, session) -> str:
         payload = job.payload or {}
         note = f"attempt {job.attempt}"
+        if payload.get("wait_before_write"):  # SQLite: no write lock while it waits
+            Path(payload["started_file"]).write_text(str(os.getpid()))
+            wait_until(Path(payload["wait_before_write"]))
         session.execute(effects.insert().values(job_id=job.id, note=note, pid=os.getpid()))
         session.flush()
         if sleep and payload.get("started_file"):
@@ -39,12 +42,16 @@ def build_app(
         if sleep and payload.get("sleep"):
             time.sleep(float(payload["sleep"]))
         if payload.get("wait_file"):
-            deadline = time.monotonic() + 300
-            while not Path(payload["wait_file"]).exists() and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_until(Path(payload["wait_file"]))
         return f"done by {os.getpid()}"
 
     return app
+
+
+def wait_until(path: Path) -> None:
+    deadline = time.monotonic() + 300
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def main() -> int:
