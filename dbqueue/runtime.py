@@ -34,6 +34,8 @@ from .wakeup import Notifier
 from .webhooks import DEFAULT_WEBHOOK_TIMEOUT, WebhookHandler, WebhookSender
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from .strategies import ClaimStrategy
 
 
@@ -129,6 +131,10 @@ class RuntimeContext:
     def create_engine(self, **kwargs: Any) -> Engine:
         """A new engine on the queue's database, configured the way dbqueue needs it."""
         return dialects.create_engine(self.url, **kwargs)
+
+    def create_async_engine(self, **kwargs: Any) -> AsyncEngine:
+        """An asyncio engine on the queue's database (its async driver): async handlers."""
+        return dialects.create_async_engine(self.url, **kwargs)
 
     def dialect_class(self) -> type[dialects.Dialect]:
         """The database's module, known without connecting."""

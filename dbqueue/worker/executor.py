@@ -35,8 +35,9 @@ from ..results import encode_result
 from ..retry import BACKOFF, Requested
 from ..runtime import RuntimeContext
 from ..strategies import ClaimStrategy
-from ..tasks import Handler
+from ..tasks import Handler, is_async_callable
 from ..wakeup import Notifier
+from .aio import AsyncSlot
 from .finished import FinishedJobs
 from .joblog import JobLog
 from .session import JobSession
@@ -141,6 +142,7 @@ class BatchExecutor:
         default_timeout: float | None = None,
         job_log: JobLog | None = None,
         notifier: Notifier | None = None,
+        aio: AsyncSlot | None = None,
     ) -> None:
         self.registry = context.registry
         self.max_result_bytes = context.max_payload_bytes
@@ -162,6 +164,13 @@ class BatchExecutor:
         self.run_job = self.run_one if job_log is None else job_log.timed(self.run_one)
         #: Awaited jobs (app.call) whose end is pushed after the commit (the lock server).
         self.finished = FinishedJobs(notifier, context.names.qualified_jobs)
+        #: Set in an async slot: async handlers are awaited on its loop, plain ones run on its
+        #: thread. None: a worker thread, where only plain handlers can run.
+        self.aio = aio
+        self._async_handlers: dict[Handler, bool] = {}
+
+    def _sessions(self, conn: Connection, savepoint: bool = True) -> Sessions:
+        return Sessions(conn, savepoint, self.aio)
 
     # ---- in-transaction claims ----------------------------------------------------------------
     def execute(
@@ -225,7 +234,7 @@ class BatchExecutor:
                 try:
                     with conn.begin():
                         self._watch(conn, [job])
-                        outcome = self.run_job(JobSession(conn, savepoint=False), job)
+                        outcome = self.run_job(self._sessions(conn, savepoint=False), job)
                         if not outcome.ok:
                             raise _HandlerFailed(outcome)
                         self.finished.note([job])
@@ -298,7 +307,7 @@ class BatchExecutor:
     ) -> _Ran:
         ran = _Ran()
         unstarted: list[Job] = []
-        session = JobSession(conn)
+        session = self._sessions(conn)
         if self.job_log is not None:
             self.job_log.drop()  # runs noted in a batch that failed never committed
         self.finished.drop()
@@ -360,11 +369,15 @@ class BatchExecutor:
         if self.slot is not None:
             self.slot.connection, self.slot.batch = conn, jobs
 
-    def run_one(self, session: JobSession, job: Job) -> Outcome:
+    def run_one(self, sessions: Sessions, job: Job) -> Outcome:
         try:
             definition, handler = self.registry.resolve(job, self.webhooks)
         except DbqueueError as exc:
             return Outcome(False, str(exc))
+        is_async = self._is_async(handler)
+        if is_async and self.aio is None:
+            return Outcome(False, NO_LOOP_MESSAGE)
+        session = sessions.for_handler(is_async)
         if isinstance(job.payload, MalformedPayload):
             return Outcome(
                 False,
@@ -372,11 +385,12 @@ class BatchExecutor:
                 "column and requeue it",
             )
         try:
+            call = self._call_async if is_async else self._call_sync
             if self.watchdog is None:
-                value = handler(job, session)
+                value = call(handler, job, session)
             else:
                 timeout = (definition.timeout if definition else None) or self.default_timeout
-                value = self._run_watched(handler, job, session, timeout)
+                value = self._run_watched(call, handler, job, session, timeout)
             if inspect.isawaitable(value):
                 _close(value)
                 raise TypeError(
@@ -410,8 +424,27 @@ class BatchExecutor:
             return Outcome(False, describe_failure(exc))
         return SUCCEEDED if stored is None else Outcome(True, value=stored)
 
+    def _is_async(self, handler: Handler) -> bool:
+        try:
+            return self._async_handlers[handler]
+        except KeyError:
+            found = self._async_handlers[handler] = is_async_callable(handler)
+            return found
+        except TypeError:  # an unhashable callable
+            return is_async_callable(handler)
+
+    def _call_sync(self, handler: Handler, job: Job, session: Any) -> Any:
+        """A plain handler: here (a worker thread), or on an async slot's thread."""
+        if self.aio is None:
+            return handler(job, session)
+        return self.aio.run_sync(handler, job, session)
+
+    def _call_async(self, handler: Handler, job: Job, session: Any) -> Any:
+        assert self.aio is not None
+        return self.aio.run_async(handler, job, session, self.slot)
+
     def _run_watched(
-        self, handler: Handler, job: Job, session: JobSession, timeout: float | None
+        self, call: Any, handler: Handler, job: Job, session: Any, timeout: float | None
     ) -> Any:
         """Run the handler with the watchdog armed; a timeout becomes JobTimeoutError, and a
         cancel request that reached the job (``job.cancel_requested()``) _Cancelled."""
@@ -423,7 +456,7 @@ class BatchExecutor:
             raise _Cancelled(cancel_message(job, ran=False))
         try:
             try:
-                value = handler(job, session)
+                value = call(handler, job, session)
             except BaseException as exc:
                 error = exc
             finally:
@@ -527,6 +560,36 @@ class BatchExecutor:
                 first_line,
             )
         return failed.changed
+
+
+#: An async handler's job reached a runner without an event loop (eager mode, a plain thread).
+NO_LOOP_MESSAGE = (
+    "the handler is an async def, which this runner (eager mode, or a call without an event "
+    "loop) cannot await: run the job with a worker (`dbqueue worker`), which awaits async "
+    "handlers on its event loop, or make the handler a plain def"
+)
+
+
+class Sessions:
+    """The sessions a batch's handlers get, on the batch's connection: a JobSession for plain
+    handlers, an AsyncJobSession for async ones (made on first use: most batches need one)."""
+
+    __slots__ = ("conn", "savepoint", "aio", "_sync", "_async")
+
+    def __init__(self, conn: Connection, savepoint: bool, aio: AsyncSlot | None) -> None:
+        self.conn, self.savepoint, self.aio = conn, savepoint, aio
+        self._sync: JobSession | None = None
+        self._async: Any = None
+
+    def for_handler(self, is_async: bool) -> Any:
+        if is_async:
+            if self._async is None:
+                assert self.aio is not None
+                self._async = self.aio.session(self.conn, self.savepoint)
+            return self._async
+        if self._sync is None:
+            self._sync = JobSession(self.conn, savepoint=self.savepoint)
+        return self._sync
 
 
 def _close(awaitable: Any) -> None:

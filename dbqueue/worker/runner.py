@@ -23,6 +23,7 @@ from ..pubsub import subscription_problems
 from ..runtime import RuntimeContext
 from ..wakeup import Notifier, WakeSignal
 from ..wakeups import CommitWaker
+from .aio import EventLoop, SlotHandle, start_slot
 from .cancels import CancelPoller
 from .joblog import JobLogWriter
 from .loop import ClaimLoop
@@ -33,6 +34,8 @@ from .scheduler import Scheduler
 from .watchdog import CANCEL_NOTICE, DEFAULT_TIMEOUT_GRACE, Slot, Watchdog
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from ..strategies import ClaimStrategy
 
 log = logging.getLogger("dbqueue.worker")
@@ -156,6 +159,9 @@ class Worker(ClaimLoop, AbandonedThreads):
         self._deadline: float | None = None
         self._fatal: BaseException | None = None
         self._engine: Engine | None = None
+        #: With async handlers: the event loop the slots run on, and their async engine.
+        self._loop: EventLoop | None = None
+        self._async_engine: AsyncEngine | None = None
         self.strategy: ClaimStrategy | None = None
         self.notifier: Notifier | None = None
         self.maintenance: Maintenance | None = None
@@ -192,6 +198,12 @@ class Worker(ClaimLoop, AbandonedThreads):
             max_overflow=-1,
             execution_options={dialects.WRITE_INTENT: True},
         )
+        if self.context.registry.has_async_handlers():
+            self._async_engine = self.context.create_async_engine(
+                pool_size=self.concurrency + 2,
+                max_overflow=-1,
+                execution_options={dialects.WRITE_INTENT: True},
+            )
         self.context.local_workers.add(self)
         try:
             self._start_up()
@@ -299,7 +311,7 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.watchdog, self._engine, self.context.cancel_requests()
         )
         self.cancel_poller.start()
-        live: dict[int, threading.Thread] = {}
+        live: dict[int, threading.Thread | SlotHandle] = {}
         for index in range(self.concurrency):
             live[index] = self._start_thread(index)
         next_index = self.concurrency
@@ -317,7 +329,11 @@ class Worker(ClaimLoop, AbandonedThreads):
                     live[next_index] = self._start_thread(next_index)
                     next_index += 1
 
-    def _start_thread(self, index: int) -> threading.Thread:
+    def _start_thread(self, index: int) -> threading.Thread | SlotHandle:
+        if self._async_engine is not None:  # a slot on the event loop
+            if self._loop is None:
+                self._loop = EventLoop()
+            return start_slot(self._loop, self._async_engine, index, self._thread_main)
         # Daemon threads: a live worker's threads are all joined above before run() returns;
         # only an abandoned one (blocked in C past its timeout) is left for the exit to end.
         thread = threading.Thread(
@@ -344,6 +360,8 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.strategy.close()
         if self._engine is not None:
             self._engine.dispose()
+        if self._loop is not None:
+            self._loop.close(self._async_engine)
 
     def _resolve_queues(
         self, queues: Sequence[str] | None, limits: Mapping[str, int] | None
