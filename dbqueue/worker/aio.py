@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from ..lockserver.locks import ASYNC_OWNER
 from ..results import running_handlers
 from .watchdog import CANCEL, HandlerCancelled, HandlerTimeout, Slot
 
@@ -96,6 +97,11 @@ class AsyncSlot:
         #: The slot thread's id: where the watchdog raises in a plain handler.
         self.thread_id: int = self.thread.submit(_enter_handler_thread).result()
         self._task: asyncio.Future[Any] | None = None
+
+    def enter(self) -> None:
+        """In the slot's greenlet, first: its locks on the lock server are owned by the slot
+        (every slot shares the loop's thread) and requested without blocking the loop."""
+        ASYNC_OWNER.set(self.thread_id)
 
     def watch(self, slot: Slot) -> None:
         """Let the watchdog reach this slot's handlers: plain ones on the slot's thread, async

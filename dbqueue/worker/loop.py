@@ -112,8 +112,10 @@ class ClaimLoop:
     def _thread_loop(self, index: int, aio: AsyncSlot | None) -> None:
         assert self.strategy is not None and self._engine is not None
         slot = self.watchdog.slot(index) if self.watchdog is not None else None
-        if aio is not None and slot is not None:
-            aio.watch(slot)
+        if aio is not None:
+            aio.enter()
+            if slot is not None:
+                aio.watch(slot)
         executor = BatchExecutor(
             self.context,
             self.strategy,
