@@ -24,7 +24,7 @@ help:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,singlestore,asyncio]'
+	$(BIN)/pip install --quiet -e '.[dev,singlestore]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -114,7 +114,7 @@ def create_async_engine(url: str | sa.engine.URL, **kwargs: Any) -> AsyncEngine:
     parsed = parse_url(url) if isinstance(url, str) else url
     cls = class_for_url(parsed)
     cls.check_url(parsed)
-    async_url = cls.async_url(parsed)
+    async_url = parsed if _names_async_driver(parsed) else cls.async_url(parsed)
     if async_url is None:
         raise ConfigurationError(
             f"{cls.name} has no asyncio driver: async handlers and async enqueue run on "
@@ -134,3 +134,11 @@ def create_async_engine(url: str | sa.engine.URL, **kwargs: Any) -> AsyncEngine:
     quiet_reset_failures(engine.sync_engine)
     _CONFIGURED.add(engine.sync_engine.pool)
     return engine
+
+
+def _names_async_driver(url: sa.engine.URL) -> bool:
+    """Whether ``url`` already names an asyncio driver (mysql+asyncmy://): kept as it is."""
+    try:
+        return bool(url.get_dialect().is_async)
+    except (sa.exc.NoSuchModuleError, ImportError):
+        return False

@@ -12,6 +12,7 @@ import threading
 
 import pytest
 import sqlalchemy as sa
+import test_processes as processes
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from support.backends import PREFIX, effects
@@ -141,6 +142,13 @@ def test_an_async_handler_is_never_marked_done_without_running_in_eager_mode(asy
     assert ran == []
     assert job["status"] == "dead"
     assert "async def" in job["message"] and "dbqueue worker" in job["message"]
+
+
+def test_sigterm_lets_the_running_async_handler_finish_then_exits_zero(async_database, tmp_path):
+    """The SIGTERM contract test, with the worker process's handler an async def."""
+    processes.test_sigterm_finishes_the_running_job_then_exits_zero(
+        async_database, tmp_path, "async"
+    )
 
 
 @pytest.mark.parametrize("backend", ["singlestore-lock_server"], indirect=True)
