@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from .session import AsyncJobSession, JobSession
+    from .async_session import AsyncJobSession
+    from .session import JobSession
 
 
 def await_(awaitable: Any) -> Any:
@@ -121,7 +122,7 @@ class AsyncSlot:
     def session(self, conn: Connection, savepoint: bool) -> AsyncJobSession:
         from sqlalchemy.ext.asyncio import AsyncConnection
 
-        from .session import AsyncJobSession
+        from .async_session import AsyncJobSession
 
         return AsyncJobSession(AsyncConnection(self.engine, conn), savepoint=savepoint)
 
