@@ -14,7 +14,8 @@ from sqlalchemy.engine import Engine
 
 from ..job import Job
 from ..wakeup import WakeSignal
-from .executor import BatchExecutor, cancel_message, timeout_message
+from .calling import cancel_message, timeout_message
+from .executor import BatchExecutor
 from .process import first_line as _first_line
 from .watchdog import CANCEL, Slot
 

@@ -95,6 +95,10 @@ class Worker(ClaimLoop, AbandonedThreads):
         ``app.queue(name, concurrency=N)``, and winning over them).
     """
 
+    #: With async handlers: the event loop the slots run on, and their async engine.
+    _loop: EventLoop | None = None
+    _async_engine: AsyncEngine | None = None
+
     def __init__(
         self,
         app: Any,
@@ -159,9 +163,6 @@ class Worker(ClaimLoop, AbandonedThreads):
         self._deadline: float | None = None
         self._fatal: BaseException | None = None
         self._engine: Engine | None = None
-        #: With async handlers: the event loop the slots run on, and their async engine.
-        self._loop: EventLoop | None = None
-        self._async_engine: AsyncEngine | None = None
         self.strategy: ClaimStrategy | None = None
         self.notifier: Notifier | None = None
         self.maintenance: Maintenance | None = None
