@@ -97,12 +97,17 @@ class AsyncSlot:
         )
         #: The slot thread's id: where the watchdog raises in a plain handler.
         self.thread_id: int = self.thread.submit(_enter_handler_thread).result()
-        self._task: asyncio.Future[Any] | None = None
+        #: The slot's own task (it runs the claim loop's greenlet, and awaits async handlers).
+        self._task: asyncio.Task[Any] | None = None
+        #: A token per async handler run: set while one runs; the one the watchdog cancelled.
+        self._running: object | None = None
+        self._cancelled: object | None = None
 
     def enter(self) -> None:
         """In the slot's greenlet, first: its locks on the lock server are owned by the slot
         (every slot shares the loop's thread) and requested without blocking the loop."""
         ASYNC_OWNER.set(self.thread_id)
+        self._task = asyncio.current_task(self.loop)
 
     def watch(self, slot: Slot) -> None:
         """Let the watchdog reach this slot's handlers: plain ones on the slot's thread, async
@@ -113,11 +118,18 @@ class AsyncSlot:
     def interrupt(self, exc_type: type[BaseException]) -> bool:
         """The watchdog's deadline fired (its thread): cancel the async handler, if one runs.
         False: none does (a plain handler: raise in the slot's thread instead)."""
-        task = self._task
-        if task is None:
+        run = self._running
+        if run is None:
             return False
-        self.loop.call_soon_threadsafe(task.cancel)
+        self.loop.call_soon_threadsafe(self._cancel, run)
         return True
+
+    def _cancel(self, run: object) -> None:
+        """On the loop: cancel the slot's task if that same handler run is still going — it is
+        then suspended inside the handler, where the CancelledError lands."""
+        if self._running is run and self._task is not None:
+            self._cancelled = run
+            self._task.cancel()
 
     def session(self, conn: Connection, savepoint: bool) -> AsyncJobSession:
         from sqlalchemy.ext.asyncio import AsyncConnection
@@ -127,19 +139,24 @@ class AsyncSlot:
         return AsyncJobSession(AsyncConnection(self.engine, conn), savepoint=savepoint)
 
     def run_async(self, handler: Any, job: Any, session: Any, slot: Slot | None) -> Any:
-        """Await ``handler(job, session)`` from the slot's greenlet."""
-        return await_(self._awaited(handler(job, session), slot))
-
-    async def _awaited(self, coroutine: Coroutine[Any, Any, Any], slot: Slot | None) -> Any:
-        task = self._task = asyncio.ensure_future(coroutine)
+        """Await ``handler(job, session)`` from the slot's greenlet: in the slot's own task, so
+        a handler that never suspends costs no task and no turn of the loop. A timeout or a
+        cancel request cancels the slot's task while it is suspended in the handler; that
+        cancellation is taken back (``uncancel``) once it has become the handler's error."""
+        run = self._running = object()
         try:
-            return await task
+            return await_(handler(job, session))
         except asyncio.CancelledError:
-            if slot is not None and slot.fired and task.cancelled():
-                raise (HandlerCancelled if slot.reason == CANCEL else HandlerTimeout) from None
-            raise
+            if self._cancelled is not run:
+                raise  # the worker's own task is being cancelled: not the handler's doing
+            self._cancelled = None
+            uncancel = getattr(self._task, "uncancel", None)  # Python 3.11+
+            if uncancel is not None:
+                uncancel()
+            cause = HandlerCancelled if slot is not None and slot.reason == CANCEL else None
+            raise (cause or HandlerTimeout) from None
         finally:
-            self._task = None
+            self._running = None
 
     def run_sync(self, handler: Any, job: Any, session: JobSession) -> Any:
         """Run a plain handler on the slot's thread; its statements come back to the loop."""
