@@ -7,14 +7,18 @@ Each round drains a freshly filled table of no-op jobs once with plain handlers 
 threads, the sync driver) and once with ``async def`` handlers (the async worker: slots on an
 event loop, the asyncio driver), in alternating order, with the same worker process options;
 then the bare ceiling (``benchmarks.ceiling``: claim + complete as bare SQL through the sync
-driver, same concurrency and batch size). Figures are medians of the rounds.
+driver, same concurrency and batch size) and, on PostgreSQL, the asyncio ceiling: the same bare
+SQL through asyncpg itself, ``concurrency`` tasks on one event loop. Figures are medians of the
+rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
+import time
 from typing import Any
 
 from benchmarks import ceiling
@@ -55,6 +59,14 @@ def run(
             analyze(app, engine)
             n, seconds = ceiling.drain(url, app.names.jobs, concurrency, batch_size)
             rates["bare"].append(n / seconds)
+            if database == "postgresql":
+                empty(app, engine)
+                bulk_insert_bare(url, app.names.jobs, rows, 1000)
+                analyze(app, engine)
+                n, seconds = asyncio.run(
+                    drain_asyncpg(url, app.names.jobs, concurrency, batch_size)
+                )
+                rates.setdefault("bare_asyncpg", []).append(n / seconds)
     finally:
         engine.dispose()
     med = {mode: statistics.median(values) for mode, values in rates.items()}
@@ -70,10 +82,46 @@ def run(
         "sync_jobs_per_s": round(med["sync"]),
         "async_jobs_per_s": round(med["async"]),
         "ceiling_jobs_per_s": round(med["bare"]),
+        "asyncpg_ceiling_jobs_per_s": round(med["bare_asyncpg"]) if "bare_asyncpg" in med else None,
         "async_to_sync": round(med["async"] / med["sync"], 2),
         "async_to_ceiling": round(med["async"] / med["bare"], 2),
         "per_round": {mode: [round(x) for x in values] for mode, values in rates.items()},
     }
+
+
+async def drain_asyncpg(url: str, table: str, concurrency: int, batch: int) -> tuple[int, float]:
+    """The ceiling's claim + complete through asyncpg: ``concurrency`` tasks, one connection
+    each, on this loop, until no job is left; returns (jobs, seconds)."""
+    import asyncpg
+    import sqlalchemy as sa
+
+    parsed = sa.engine.make_url(url)
+    claim = ceiling.CLAIM["postgresql"].format(t=table).replace("%s", "$1")
+    complete = ceiling.COMPLETE["postgresql"].format(t=table).replace("%s", "$1")
+    connections = [
+        await asyncpg.connect(
+            host=parsed.host, port=parsed.port, user=parsed.username, database=parsed.database
+        )
+        for _ in range(concurrency)
+    ]
+
+    async def run(conn: Any) -> int:
+        done = 0
+        while True:
+            async with conn.transaction():
+                ids = [row[0] for row in await conn.fetch(claim, batch)]
+                if ids:
+                    await conn.execute(complete, ids)
+            if not ids:
+                return done
+            done += len(ids)
+
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(run(conn) for conn in connections))
+    seconds = time.perf_counter() - started
+    for conn in connections:
+        await conn.close()
+    return sum(counts), seconds
 
 
 def describe(result: dict[str, Any]) -> str:
@@ -83,7 +131,8 @@ def describe(result: dict[str, Any]) -> str:
         f"{result['concurrency']}, batch {result['batch_size']}): sync worker "
         f"{result['sync_jobs_per_s']} jobs/s, async worker {result['async_jobs_per_s']} jobs/s "
         f"(async/sync {result['async_to_sync']}), bare ceiling {result['ceiling_jobs_per_s']} "
-        f"jobs/s (async/ceiling {result['async_to_ceiling']}); medians of {result['rounds']} "
+        f"jobs/s (async/ceiling {result['async_to_ceiling']}), bare asyncpg "
+        f"{result['asyncpg_ceiling_jobs_per_s']} jobs/s; medians of {result['rounds']} "
         f"rounds, per round {result['per_round']}"
     )
 

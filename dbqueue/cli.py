@@ -236,7 +236,12 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
     metavar="QUEUE=N",
     help="At most N jobs of QUEUE at once across all workers (repeatable; 1: exclusive).",
 )
-@click.option("--concurrency", default=1, show_default=True, help="Worker threads.")
+@click.option(
+    "--concurrency",
+    default=1,
+    show_default=True,
+    help="Jobs run at once, each on a connection of its own: threads, or with async def handlers slots on an event loop (plain handlers on each slot's thread).",
+)
 @click.option("--burst", is_flag=True, help="Exit when nothing is runnable.")
 @click.option("--max-jobs", type=int, help="Stop after this many jobs.")
 @click.option("--max-runtime", type=float, help="Stop claiming after this many seconds.")
