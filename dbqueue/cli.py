@@ -240,7 +240,8 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
     "--concurrency",
     default=1,
     show_default=True,
-    help="Jobs run at once, each on a connection of its own: threads, or with async def handlers slots on an event loop (plain handlers on each slot's thread).",
+    help="Jobs run at once, each on a connection of its own: threads, or slots on an event "
+    "loop when the app has async def handlers (plain ones run on each slot's thread).",
 )
 @click.option("--burst", is_flag=True, help="Exit when nothing is runnable.")
 @click.option("--max-jobs", type=int, help="Stop after this many jobs.")
