@@ -18,7 +18,8 @@ from ..errors import AttemptFailed, DbqueueError, Discard, JobCancelledError, Jo
 from ..job import Job, MalformedPayload
 from ..results import encode_result
 from ..retry import BACKOFF, Requested
-from ..tasks import is_async_callable
+from ..tasks import TenantHandler, is_async_callable
+from ..tenants import bind as bind_tenant
 from .aio import AsyncSlot
 from .session import JobSession
 from .watchdog import Abandoned, HandlerCancelled, HandlerTimeout, Slot, Watchdog
@@ -26,6 +27,7 @@ from .watchdog import Abandoned, HandlerCancelled, HandlerTimeout, Slot, Watchdo
 if TYPE_CHECKING:
     from ..hooks import WorkerHooks
     from ..tasks import Handler, TaskDefinition, TaskRegistry
+    from ..tenants import TenantDatabases
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -145,6 +147,7 @@ class HandlerCalls:
     watchdog: Watchdog | None
     slot: Slot | None
     default_timeout: float | None
+    tenants: TenantDatabases | None
     aio: AsyncSlot | None
     _async_handlers: dict[Handler, bool]
 
@@ -159,6 +162,8 @@ class HandlerCalls:
         if is_async and self.aio is None:
             return Outcome(False, NO_LOOP_MESSAGE)
         session = sessions.for_handler(is_async)
+        if isinstance(handler, TenantHandler):
+            handler = bind_tenant(self.tenants, handler, session)
         try:
             value = self._call(definition, handler, job, [job], session)
             stored = None if value is None else encode_result(value, self.max_result_bytes)
