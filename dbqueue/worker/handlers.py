@@ -338,6 +338,11 @@ class Sessions:
         self._sync: JobSession | None = None
         self._async: Any = None
 
+    @property
+    def tenant_used(self) -> bool:
+        """A job of this batch used a tenant database (plain handlers only): the batch ends."""
+        return self._sync is not None and self._sync.tenant_used
+
     def for_handler(self, is_async: bool) -> Any:
         if is_async:
             if self._async is None:
