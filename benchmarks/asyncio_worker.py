@@ -158,7 +158,7 @@ def main() -> None:
         args.prefix,
     )
     suffix = f"-{args.strategy}" if args.strategy else ""
-    save(f"asyncio-{args.database}{suffix}.json", result)
+    save(f"asyncio-{args.database}{suffix}", result)
     print(describe(result))
 
 
