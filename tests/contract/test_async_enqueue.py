@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
-from support.backends import effects
+from support.backends import BACKENDS, effects
 from support.idle_worker import IdleWorker
 
 import dbqueue
@@ -225,6 +225,27 @@ def test_an_async_enqueue_from_another_app_wakes_postgresql_workers(postgresql):
 
         async def enqueue() -> int:
             try:
+                async with AsyncSession(other.async_engine) as session, session.begin():
+                    return await other.aenqueue(session, "wake", {})
+            finally:
+                await other.adispose()
+
+        running.wait_for(asyncio.run(enqueue()))
+
+
+@pytest.mark.parametrize(
+    "backend", sorted(key for key in BACKENDS if key.endswith("-lock_server")), indirect=True
+)
+def test_an_async_enqueue_from_another_app_wakes_workers_through_the_lock_server(backend):
+    """No in-process wake-up reaches the worker: the hint the commit sends the lock server
+    does (where the database has no asyncio driver, through the sync path on a thread)."""
+    with IdleWorker(backend.app(), backend.strategy) as running:
+        other = backend.app()
+
+        async def enqueue() -> int:
+            try:
+                if not other.context.has_async_driver:
+                    return await other.aenqueue(None, "wake", {})
                 async with AsyncSession(other.async_engine) as session, session.begin():
                     return await other.aenqueue(session, "wake", {})
             finally:
