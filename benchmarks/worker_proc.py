@@ -2,7 +2,7 @@
 
     python -m benchmarks.worker_proc URL [--prefix bench_] [--concurrency 4] [--batch-size 10]
         [--strategy NAME] [--burst] [--sample-rss-every N] [--log-format text|json] [--log-jobs]
-        [--queue-limit QUEUE=N]
+        [--queue-limit QUEUE=N] [--async-handlers]
 
 On exit (burst drained, or SIGTERM) it prints one JSON line: seconds spent in run_worker, jobs
 succeeded, statements and commits it sent (counted by SQLAlchemy events), and resident memory
@@ -83,6 +83,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--log-format", choices=logs.LOG_FORMATS, help="log at INFO to stderr")
     parser.add_argument("--log-jobs", action="store_true", help="one log line per job")
     parser.add_argument("--queue-limit", action="append", default=[], help="QUEUE=N")
+    parser.add_argument("--async-handlers", action="store_true", help="noop as an async def")
     parser.add_argument(
         "--idle-window",
         help="WARMUP,SECONDS: count statements and commits over SECONDS after WARMUP, then stop",
@@ -101,12 +102,16 @@ def main() -> None:
     samples: list[tuple[int, int]] = []
     done = [0]
 
-    @app.task("noop")
     def noop(job: dbqueue.Job, session: Any) -> None:
         if args.sample_rss_every:
             done[0] += 1
             if done[0] % args.sample_rss_every == 0:
                 samples.append((done[0], rss_kib()))
+
+    async def async_noop(job: dbqueue.Job, session: Any) -> None:
+        noop(job, session)
+
+    app.task("noop")(async_noop if args.async_handlers else noop)
 
     counters = Counters()
     if args.count or args.idle_window:

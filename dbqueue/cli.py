@@ -236,7 +236,13 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
     metavar="QUEUE=N",
     help="At most N jobs of QUEUE at once across all workers (repeatable; 1: exclusive).",
 )
-@click.option("--concurrency", default=1, show_default=True, help="Worker threads.")
+@click.option(
+    "--concurrency",
+    default=1,
+    show_default=True,
+    help="Jobs run at once, each on a connection of its own: threads, or slots on an event "
+    "loop when the app has async def handlers (plain ones run on each slot's thread).",
+)
 @click.option("--burst", is_flag=True, help="Exit when nothing is runnable.")
 @click.option("--max-jobs", type=int, help="Stop after this many jobs.")
 @click.option("--max-runtime", type=float, help="Stop claiming after this many seconds.")

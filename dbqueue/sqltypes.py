@@ -12,6 +12,7 @@ MalformedPayload that fails that one job, instead of an exception that stops the
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,18 @@ class PayloadProcessing:
 
     def result_processor(self, dialect: Any, coltype: Any) -> Any:
         return payload_codec.decode
+
+    def adapt(self, cls: Any, **kw: Any) -> Any:
+        # A driver's own text type (asyncpg's, in its dialect's colspecs) would replace this
+        # one, and its processing with it: adapt to that type with this processing on top.
+        if not issubclass(cls, PayloadProcessing):
+            cls = _with_payload_processing(cls)
+        return super().adapt(cls, **kw)  # type: ignore[misc]
+
+
+@functools.cache
+def _with_payload_processing(cls: type) -> type:
+    return type(f"Payload{cls.__name__}", (PayloadProcessing, cls), {})
 
 
 class JsonText(PayloadProcessing, sa.Text):

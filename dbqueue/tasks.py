@@ -109,7 +109,6 @@ class TaskRegistry:
     # ---- tasks ----------------------------------------------------------------------------
     def register(self, definition: TaskDefinition) -> TaskDefinition:
         check_task_name(definition.name)
-        _check_handlers(f"task {definition.name!r}", definition)
         if definition.queue is not None:
             check_queue_name(definition.queue)
         if definition.timeout is not None:
@@ -123,7 +122,6 @@ class TaskRegistry:
         return definition
 
     def add_dead_handler(self, name: str, handler: Handler) -> None:
-        check_not_async(handler, f"the dead handler of task {name!r}")
         definition = self._tasks.get(name)
         if definition is None:
             definition = self.register(TaskDefinition(name=name, handler=None))
@@ -154,7 +152,6 @@ class TaskRegistry:
         key = (definition.name, definition.subscription_id)
         existing = self._subscribers.get(key)
         what = f"subscriber {definition.subscription_id!r} of topic {definition.name!r}"
-        _check_handlers(what, definition)
         _check_not_twice(what, existing, definition)
         if existing is not None:
             _merge(existing, definition)
@@ -162,7 +159,6 @@ class TaskRegistry:
         return definition
 
     def add_dead_subscriber(self, topic: str, subscription_id: str, handler: Handler) -> None:
-        check_not_async(handler, f"the dead handler of subscriber {subscription_id!r}")
         definition = self._subscribers.get((topic, subscription_id))
         if definition is None:
             definition = self.register_subscriber(
@@ -191,6 +187,19 @@ class TaskRegistry:
         return handler, dead
 
     # ---- lookups the worker makes ---------------------------------------------------------
+    def has_async_handlers(self) -> bool:
+        """Whether any handler is an ``async def``: the worker then runs its slots on an event
+        loop (plain handlers on the slots' threads)."""
+        definitions = [*self._tasks.values(), *self._subscribers.values()]
+        if self.catch_all is not None:
+            definitions.append(self.catch_all)
+        return any(
+            is_async_callable(handler)
+            for d in definitions
+            for handler in (d.handler, d.dead_handler)
+            if handler is not None
+        )
+
     def is_empty(self) -> bool:
         return not self._tasks and not self._subscribers and self.catch_all is None
 
@@ -299,17 +308,6 @@ def _merge(existing: TaskDefinition, new: TaskDefinition) -> None:
     new.handler = new.handler or existing.handler
 
 
-def check_not_async(handler: Handler | None, what: str) -> None:
-    """Refuse an ``async def`` handler at registration: called in a worker thread it would only
-    create a coroutine, never run it, and the job would look done."""
-    if handler is not None and is_async_callable(handler):
-        raise ConfigurationError(
-            f"{what}: {_describe(handler)} is an async def function, and dbqueue's workers run "
-            "handlers in threads without an event loop: make it a plain def (call "
-            "asyncio.run(...) inside it if it must await)"
-        )
-
-
 def is_async_callable(handler: Any) -> bool:
     if isinstance(handler, TenantHandler):
         handler = handler.handler
@@ -317,11 +315,6 @@ def is_async_callable(handler: Any) -> bool:
         handler = handler.func
     call = getattr(handler, "__call__", None)  # noqa: B004 - an instance with async __call__
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
-
-
-def _check_handlers(what: str, definition: TaskDefinition) -> None:
-    check_not_async(definition.handler, what)
-    check_not_async(definition.dead_handler, f"the dead handler of {what}")
 
 
 def check_timeout(value: Any, what: str) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -23,6 +24,8 @@ class WakeSignal:
     def __init__(self) -> None:
         self._condition = threading.Condition()
         self._generation = 0
+        #: Waiters on an event loop (an async worker's slots): (loop, future) each.
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     @property
     def generation(self) -> int:
@@ -31,9 +34,14 @@ class WakeSignal:
     def wake(self, everyone: bool = False) -> None:
         with self._condition:
             self._generation += 1
+            woken, self._waiters = (
+                (self._waiters, []) if everyone else (self._waiters[:1], self._waiters[1:])
+            )
+            for loop, future in woken:  # from any thread: the loop resolves its own futures
+                loop.call_soon_threadsafe(_resolve, future)
             if everyone:
                 self._condition.notify_all()
-            else:
+            elif not woken:
                 self._condition.notify()
 
     def wait(self, seen: int, timeout: float) -> bool:
@@ -42,6 +50,29 @@ class WakeSignal:
             if self._generation == seen:
                 self._condition.wait(timeout)
             return self._generation != seen
+
+    async def wait_async(self, seen: int, timeout: float) -> bool:
+        """``wait`` for a coroutine on an event loop: the loop goes on running others."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._condition:
+            if self._generation != seen:
+                return True
+            self._waiters.append((loop, future))
+        try:
+            await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            with self._condition:
+                if (loop, future) in self._waiters:
+                    self._waiters.remove((loop, future))
+        return self._generation != seen
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class Notifier:

@@ -105,8 +105,8 @@ def test_an_endpoint_enqueues_in_its_async_session_and_a_worker_runs_the_job(dat
     ran = []
 
     @queue.task("invoice_order")
-    def invoice_order(job, session):
-        order = session.get(Order, job.payload["order"])
+    async def invoice_order(job, session):  # an async worker: awaited on its event loop
+        order = await session.get(Order, job.payload["order"])
         order.invoiced = True  # the endpoint's row: committed with the job
         ran.append(job.id)
 

@@ -1,4 +1,4 @@
-"""Registration refuses what a worker could not run (no database needed: nothing is enqueued)."""
+"""Registration: which handlers a worker runs on its event loop (no database needed)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import dbqueue
 
 
 async def async_handler(job, session):
-    return "never runs in a worker thread"
+    return None
 
 
 class AsyncCallable:
@@ -30,25 +30,23 @@ def app() -> dbqueue.App:
 
 
 @pytest.mark.parametrize("handler", ASYNC_HANDLERS)
-def test_an_async_task_handler_is_refused_at_registration(handler):
+def test_async_handlers_are_accepted_and_turn_the_worker_async(handler):
+    """Every kind of handler may be an async def (a coroutine function, a partial of one, an
+    object with an async __call__): the registry says so, and a worker then runs on a loop."""
     queue = app()
-    with pytest.raises(dbqueue.ConfigurationError, match="is an async def function") as caught:
-        queue.task("refused")(handler)
-    assert "make it a plain def" in str(caught.value)
-    assert queue.registry.get("refused") is None
-
-
-@pytest.mark.parametrize("handler", ASYNC_HANDLERS)
-def test_async_dead_handlers_and_subscribers_are_refused(handler):
-    queue = app()
-    with pytest.raises(dbqueue.ConfigurationError, match="dead handler of task 'a'"):
-        queue.dead_handler("a")(handler)
-    with pytest.raises(dbqueue.ConfigurationError, match="subscriber 'sub' of topic 't'"):
-        queue.subscriber("t", "sub")(handler)
-    with pytest.raises(dbqueue.ConfigurationError, match="dead handler of subscriber 'sub'"):
-        queue.dead_subscriber("t", "sub")(handler)
-    with pytest.raises(dbqueue.ConfigurationError, match="dead handler of task 'b'"):
-        queue.task("b", dead_handler=handler)(lambda job, session: None)
+    assert not queue.registry.has_async_handlers()
+    queue.task("a")(handler)
+    assert queue.registry.get("a").handler is handler
+    assert queue.registry.has_async_handlers()
+    for register in (
+        lambda q: q.dead_handler("b")(handler),
+        lambda q: q.subscriber("t", "sub")(handler),
+        lambda q: q.dead_subscriber("t", "sub2")(handler),
+        lambda q: q.task("c", dead_handler=handler)(lambda job, session: None),
+    ):
+        other = app()
+        register(other)
+        assert other.registry.has_async_handlers()
 
 
 def test_plain_handlers_are_accepted():

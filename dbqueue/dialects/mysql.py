@@ -32,7 +32,10 @@ def kill_connection(engine: Engine, dbapi_connection: Any) -> bool:
     """KILL CONNECTION (MySQL, MariaDB, SingleStore), not KILL QUERY: a handler blocked outside
     the database has no query to kill, and the session must end to release its row locks and
     named locks. KILL has no SQLAlchemy construct; the id is a bound parameter all the same."""
-    thread_id = int(dbapi_connection.thread_id())  # from the handshake: no round trip
+    # From the handshake, no round trip: PyMySQL's, or aiomysql's (an async worker's connection,
+    # under SQLAlchemy's adapter).
+    driver = getattr(dbapi_connection, "driver_connection", dbapi_connection)
+    thread_id = int(driver.thread_id())
     with engine.connect() as conn:
         conn.execute(sa.text("KILL CONNECTION :id"), {"id": thread_id})
         conn.commit()

@@ -115,7 +115,10 @@ class PostgresDialect(Dialect):
     def end_connection(self, engine: Engine, dbapi_connection: Any) -> bool:
         # Terminate, not cancel: a handler blocked outside the database (time.sleep) has no
         # query to cancel, and its session must end to release its row and advisory locks.
-        pid = dbapi_connection.get_backend_pid()  # known to libpq: no round trip
+        # Known to the driver from the handshake, no round trip: psycopg2's libpq, or asyncpg's
+        # (an async worker's connection, SQLAlchemy's adapter around it).
+        backend_pid = getattr(dbapi_connection, "get_backend_pid", None)
+        pid = backend_pid() if backend_pid else dbapi_connection.driver_connection.get_server_pid()
         with engine.connect() as conn:
             ended = conn.execute(sa.select(sa.func.pg_terminate_backend(pid))).scalar()
             conn.commit()

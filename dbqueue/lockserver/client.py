@@ -11,6 +11,7 @@ that they precede every other request on the new connection.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -54,11 +55,24 @@ class _Refused(Exception):
 
 
 class _Pending:
-    __slots__ = ("event", "reply")
+    __slots__ = ("event", "reply", "future")
 
-    def __init__(self) -> None:
+    def __init__(self, future: asyncio.Future[None] | None = None) -> None:
         self.event = threading.Event()
         self.reply: dict[str, Any] | None = None
+        #: An asyncio caller's (``request_async``): resolved on its loop when the reply comes.
+        self.future = future
+
+    def done(self) -> None:
+        self.event.set()
+        future = self.future
+        if future is not None:
+            future.get_loop().call_soon_threadsafe(_resolve, future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class LockServerClient:
@@ -128,7 +142,41 @@ class LockServerClient:
         finally:
             with self._state:
                 self._pending.pop(request_id, None)
-        reply = pending.reply
+        return self._checked(op, pending.reply)
+
+    async def request_async(self, op: str, **fields: Any) -> dict[str, Any]:
+        """``request`` for a coroutine: the same connection and protocol, and the event loop
+        goes on running while the reply travels (the reader thread resolves a future on it)."""
+        deadline = time.monotonic() + self.timeout
+        while not self._connected.is_set():
+            if time.monotonic() >= deadline:
+                raise self._unavailable()
+            await asyncio.sleep(0.01)
+        pending = _Pending(asyncio.get_running_loop().create_future())
+        request_id = next(self._ids)
+        with self._state:
+            sock = self._sock
+            self._pending[request_id] = pending
+        try:
+            if sock is None:
+                raise self._unavailable()
+            try:
+                self._write(sock, {"op": op, "id": request_id, **fields})
+            except (OSError, ProtocolError) as exc:
+                self._broken(sock, f"sending {op} failed: {exc}")
+                raise self._unavailable() from None
+            assert pending.future is not None
+            try:
+                await asyncio.wait_for(pending.future, max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                self._broken(sock, f"no reply to {op} within {self.timeout:g}s")
+                raise self._unavailable() from None
+        finally:
+            with self._state:
+                self._pending.pop(request_id, None)
+        return self._checked(op, pending.reply)
+
+    def _checked(self, op: str, reply: dict[str, Any] | None) -> dict[str, Any]:
         if reply is None:
             raise self._unavailable()
         if not reply.get("ok"):
@@ -331,7 +379,7 @@ class LockServerClient:
             pending = self._pending.get(request_id) if isinstance(request_id, int) else None
         if pending is not None:
             pending.reply = message
-            pending.event.set()
+            pending.done()
 
     def _broken(self, sock: socket.socket, reason: str) -> None:
         """Close ``sock`` and fail the requests waiting on it (idempotent)."""
@@ -344,7 +392,7 @@ class LockServerClient:
             else:
                 waiting = []
         for pending in waiting:
-            pending.event.set()
+            pending.done()
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
         sock.close()

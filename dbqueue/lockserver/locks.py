@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
+from contextvars import ContextVar
+from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -20,9 +22,15 @@ from ..locks import LockBackend
 from . import protocol
 from .client import LockServerClient, Send
 
+#: Set in an async worker's slot (all of which share the event loop's thread): the slot's own
+#: thread id, which owns its locks, and asks that requests be awaited on the loop, not waited for.
+ASYNC_OWNER: ContextVar[int | None] = ContextVar("dbqueue_lock_owner", default=None)
+
 
 def _owner(thread_id: int | None = None) -> str:
-    return f"{os.getpid()}:{threading.get_ident() if thread_id is None else thread_id}"
+    if thread_id is None:
+        thread_id = ASYNC_OWNER.get() or threading.get_ident()
+    return f"{os.getpid()}:{thread_id}"
 
 
 def _chunks(names: Sequence[str]) -> list[list[str]]:
@@ -41,7 +49,7 @@ class LockServerLocks(LockBackend):
         owner = _owner()
         taken: list[bool] = []
         for chunk in _chunks(names):
-            reply = self.client.request("acquire", names=chunk, owner=owner)
+            reply = self._request("acquire", names=chunk, owner=owner)
             got = [bool(t) for t in reply.get("taken", [])]
             if len(got) != len(chunk):
                 raise ValueError(f"the lock server answered {len(got)} of {len(chunk)} locks")
@@ -69,9 +77,19 @@ class LockServerLocks(LockBackend):
     def holding(self, conn: Connection | None, names: Sequence[str]) -> bool:
         owner = _owner()
         for chunk in _chunks(names):
-            if not all(self.client.request("holding", names=chunk, owner=owner).get("held", [])):
+            if not all(self._request("holding", names=chunk, owner=owner).get("held", [])):
                 return False
         return True
+
+    def _request(self, op: str, **fields: Any) -> dict[str, Any]:
+        """A request and its reply: awaited on the loop from an async slot's greenlet (the
+        claim code is the same), waited for in a thread."""
+        if ASYNC_OWNER.get() is None:
+            return self.client.request(op, **fields)
+        from sqlalchemy import util
+
+        wait = getattr(util, "await_", None) or util.await_only
+        return wait(self.client.request_async(op, **fields))  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self.client.remove_connect_hook(self._reclaim)

@@ -25,12 +25,13 @@ from ..job import Job
 from ..retry import BACKOFF, Requested
 from ..runtime import RuntimeContext
 from ..strategies import ClaimStrategy
+from ..tasks import Handler
 from ..wakeup import Notifier
+from .aio import AsyncSlot
 from .batches import units
 from .finished import FinishedJobs
-from .handlers import HandlerCalls, Outcome
+from .handlers import HandlerCalls, Outcome, Sessions
 from .joblog import JobLog
-from .session import JobSession
 from .watchdog import Slot, Watchdog
 
 log = logging.getLogger("dbqueue.worker")
@@ -80,6 +81,7 @@ class BatchExecutor(HandlerCalls):
         default_timeout: float | None = None,
         job_log: JobLog | None = None,
         notifier: Notifier | None = None,
+        aio: AsyncSlot | None = None,
     ) -> None:
         self.registry = context.registry
         self.hooks = context.registry.hooks
@@ -105,6 +107,13 @@ class BatchExecutor(HandlerCalls):
         self.finished = FinishedJobs(notifier, context.names.qualified_jobs)
         #: Where handlers registered with tenant_database=True find the job's tenant database.
         self.tenants = context.tenants
+        #: Set in an async slot: async handlers are awaited on its loop, plain ones run on its
+        #: thread. None: a worker thread, where only plain handlers can run.
+        self.aio = aio
+        self._async_handlers: dict[Handler, bool] = {}
+
+    def _sessions(self, conn: Connection, savepoint: bool = True) -> Sessions:
+        return Sessions(conn, savepoint, self.aio)
 
     # ---- in-transaction claims ----------------------------------------------------------------
     def execute(
@@ -171,7 +180,9 @@ class BatchExecutor(HandlerCalls):
                 try:
                     with conn.begin():
                         self._watch(conn, unit)
-                        outcomes, undone = self._run_unit(JobSession(conn, savepoint=False), unit)
+                        outcomes, undone = self._run_unit(
+                            self._sessions(conn, savepoint=False), unit
+                        )
                         if undone:
                             raise _HandlerFailed(outcomes)
                         ran = self._settle_alone(conn, engine, unit, outcomes)
@@ -246,7 +257,7 @@ class BatchExecutor(HandlerCalls):
         claimed_by: str | None,
     ) -> _Ran:
         ran = _Ran()
-        session = JobSession(conn)
+        session = self._sessions(conn)
         if self.job_log is not None:
             self.job_log.drop()  # runs noted in a batch that failed never committed
         self.finished.drop()
@@ -266,7 +277,7 @@ class BatchExecutor(HandlerCalls):
             engine.release_claims(conn, ran.unstarted, claimed_by=claimed_by)  # committed: undo
         return ran
 
-    def _run_unit(self, session: JobSession, unit: list[Job]) -> tuple[list[Outcome], bool]:
+    def _run_unit(self, session: Sessions, unit: list[Job]) -> tuple[list[Outcome], bool]:
         """One handler call: its jobs' outcomes, and whether its writes were undone."""
         if len(unit) > 1 or self.registry.batch_of(unit[0]) is not None:
             return self.run_jobs(session, unit)

@@ -12,12 +12,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.engine import Connection
+
 from ..errors import AttemptFailed, DbqueueError, Discard, JobCancelledError, JobTimeoutError, Retry
 from ..job import Job, MalformedPayload
 from ..results import encode_result
 from ..retry import BACKOFF, Requested
-from ..tasks import TenantHandler
+from ..tasks import TenantHandler, is_async_callable
 from ..tenants import bind as bind_tenant
+from .aio import AsyncSlot
 from .session import JobSession
 from .watchdog import Abandoned, HandlerCancelled, HandlerTimeout, Slot, Watchdog
 
@@ -145,14 +148,20 @@ class HandlerCalls:
     slot: Slot | None
     default_timeout: float | None
     tenants: TenantDatabases | None
+    aio: AsyncSlot | None
+    _async_handlers: dict[Handler, bool]
 
-    def run_one(self, session: JobSession, job: Job) -> Outcome:
+    def run_one(self, sessions: Sessions, job: Job) -> Outcome:
         try:
             definition, handler = self.registry.resolve(job, self.webhooks)
         except DbqueueError as exc:
             return Outcome(False, str(exc))
         if isinstance(job.payload, MalformedPayload):
             return _malformed(job)
+        is_async = self._is_async(handler)
+        if is_async and self.aio is None:
+            return Outcome(False, NO_LOOP_MESSAGE)
+        session = sessions.for_handler(is_async)
         if isinstance(handler, TenantHandler):
             handler = bind_tenant(self.tenants, handler, session)
         try:
@@ -165,13 +174,17 @@ class HandlerCalls:
             return self._failed(session, exc, job)
         return SUCCEEDED if stored is None else Outcome(True, value=stored)
 
-    def run_group(self, session: JobSession, jobs: list[Job]) -> tuple[list[Outcome], bool]:
+    def run_group(self, sessions: Sessions, jobs: list[Job]) -> tuple[list[Outcome], bool]:
         """Run a batch task's handler once on ``jobs``: their outcomes, in order, and whether
         the handler's writes were undone (it raised, or was interrupted)."""
         definition = self.registry.definition_for(jobs[0])
         outcomes = {job.id: _malformed(job) for job in jobs if _is_malformed(job)}
         ready = [job for job in jobs if job.id not in outcomes]
         undone = False
+        is_async = definition.handler is not None and self._is_async(definition.handler)
+        if is_async and self.aio is None:
+            return [Outcome(False, NO_LOOP_MESSAGE) for _ in jobs], False
+        session = sessions.for_handler(is_async)
         if ready:
             assert definition.handler is not None
             try:
@@ -196,11 +209,11 @@ class HandlerCalls:
         handler: Handler,
         subject: Any,
         group: list[Job],
-        session: JobSession,
+        session: Any,
     ) -> Any:
         """``handler(subject, session)`` inside the middlewares, watched if the worker has a
         watchdog; ``group``: the jobs of the call."""
-        call = self.hooks.wrap(subject, lambda: handler(subject, session))
+        call = self.hooks.wrap(subject, lambda: self._invoke(handler, subject, session))
         if self.watchdog is None:
             value = call()
         else:
@@ -215,7 +228,26 @@ class HandlerCalls:
             )
         return value
 
-    def _failed(self, session: JobSession, exc: BaseException, job: Job) -> Outcome:
+    def _is_async(self, handler: Handler) -> bool:
+        try:
+            return self._async_handlers[handler]
+        except KeyError:
+            found = self._async_handlers[handler] = is_async_callable(handler)
+            return found
+        except TypeError:  # an unhashable callable
+            return is_async_callable(handler)
+
+    def _invoke(self, handler: Handler, subject: Any, session: Any) -> Any:
+        """The handler's own call: here (a worker thread), or in an async slot — awaited on
+        its loop (an async def), or on the slot's thread (a plain def)."""
+        aio = self.aio
+        if aio is None:
+            return handler(subject, session)
+        if self._is_async(handler):
+            return aio.run_async(handler, subject, session, self.slot)
+        return aio.run_sync(handler, subject, session)
+
+    def _failed(self, session: Any, exc: BaseException, job: Job) -> Outcome:
         """The outcome of a handler call that raised; its writes are discarded."""
         if isinstance(exc, Abandoned):
             raise exc
@@ -285,6 +317,41 @@ def _cancelled_batch(jobs: list[Job], exc: _Cancelled) -> dict[int, Outcome]:
             message += ": the batch's database writes were rolled back"
         outcomes[job.id] = Outcome(False, message, cancelled=True)
     return outcomes
+
+
+#: An async handler's job reached a runner without an event loop (eager mode, a plain thread).
+NO_LOOP_MESSAGE = (
+    "the handler is an async def, which this runner (eager mode, or a call without an event "
+    "loop) cannot await: run the job with a worker (`dbqueue worker`), which awaits async "
+    "handlers on its event loop, or make the handler a plain def"
+)
+
+
+class Sessions:
+    """The sessions a batch's handlers get, on the batch's connection: a JobSession for plain
+    handlers, an AsyncJobSession for async ones (each made on first use)."""
+
+    __slots__ = ("conn", "savepoint", "aio", "_sync", "_async")
+
+    def __init__(self, conn: Connection, savepoint: bool, aio: AsyncSlot | None) -> None:
+        self.conn, self.savepoint, self.aio = conn, savepoint, aio
+        self._sync: JobSession | None = None
+        self._async: Any = None
+
+    @property
+    def tenant_used(self) -> bool:
+        """A job of this batch used a tenant database (plain handlers only): the batch ends."""
+        return self._sync is not None and self._sync.tenant_used
+
+    def for_handler(self, is_async: bool) -> Any:
+        if is_async:
+            if self._async is None:
+                assert self.aio is not None
+                self._async = self.aio.session(self.conn, self.savepoint)
+            return self._async
+        if self._sync is None:
+            self._sync = JobSession(self.conn, savepoint=self.savepoint)
+        return self._sync
 
 
 def _close(awaitable: Any) -> None:

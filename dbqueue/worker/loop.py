@@ -18,6 +18,7 @@ from ..errors import SchemaMissingError
 from ..lockserver.client import LockServerUnavailableError
 from ..results import running_handlers
 from ..wakeup import Notifier, WakeSignal
+from .aio import AsyncSlot, LoopWaits, Waits
 from .batches import gather
 from .claimed import claim_and_run
 from .executor import BatchExecutor, BatchResult
@@ -53,11 +54,13 @@ FOLLOWER_WAIT = 30.0
 
 @dataclass
 class _ThreadState:
-    """What one worker thread carries from round to round."""
+    """What one worker thread (or async slot) carries from round to round."""
 
     turn: int
     idle: float
     early_seen: int
+    engine: Engine
+    waits: Waits
     conn: Connection | None = None
     failures: int = 0
     batch: int = 1
@@ -96,19 +99,25 @@ class ClaimLoop:
     stopping: bool  # the Worker's property
     stop: Callable[[], None]  # the Worker's method
 
-    def _thread_main(self, index: int) -> None:
+    def _thread_main(self, index: int, aio: AsyncSlot | None = None) -> None:
+        """One slot's loop: a worker thread's (``aio`` None), or an async slot's, run in a
+        greenlet on the worker's event loop (see ``aio.py``): the same code either way."""
         try:
             with running_handlers():  # app.call from a handler is refused: it would wait on itself
-                self._thread_loop(index)
+                self._thread_loop(index, aio)
         except Abandoned:
             log.info("abandoned worker thread %d unblocked and ended without writing", index)
         except BaseException as exc:  # a bug: say so, and let the supervisor see the thread end
             log.exception("worker thread %d stopped by an unexpected error", index)
             self.context.registry.hooks.report(exc, self)
 
-    def _thread_loop(self, index: int) -> None:
+    def _thread_loop(self, index: int, aio: AsyncSlot | None) -> None:
         assert self.strategy is not None and self._engine is not None
         slot = self.watchdog.slot(index) if self.watchdog is not None else None
+        if aio is not None:
+            aio.enter()
+            if slot is not None:
+                aio.watch(slot)
         executor = BatchExecutor(
             self.context,
             self.strategy,
@@ -118,8 +127,15 @@ class ClaimLoop:
             default_timeout=self.job_timeout,
             job_log=JobLog(self.job_log_writer) if self.job_log_writer is not None else None,
             notifier=self.notifier,
+            aio=aio,
         )
-        state = _ThreadState(turn=index, idle=self.min_poll_interval, early_seen=self._early_wakes)
+        state = _ThreadState(
+            turn=index,
+            idle=self.min_poll_interval,
+            early_seen=self._early_wakes,
+            engine=self._engine if aio is None else aio.engine.sync_engine,
+            waits=(Waits if aio is None else LoopWaits)(lambda: self.stopping, self._stop),
+        )
         try:
             while not self.stopping and self._budget_left():
                 seen = self._signal.generation
@@ -148,10 +164,9 @@ class ClaimLoop:
     ) -> tuple[int, float] | None:
         """One round; after an error, log and back off and return None. Missing tables stop
         the whole worker: no retry can fix them."""
-        assert self._engine is not None
         try:
             if state.conn is None:
-                state.conn = self._engine.connect()
+                state.conn = state.engine.connect()
             outcome = self._round(state, state.conn, executor)
         except SchemaMissingError as exc:
             self._fatal = exc
@@ -163,7 +178,7 @@ class ClaimLoop:
             lost = state.conn is not None and state.conn.invalidated
             state.conn = _discard(state.conn, broken=True)
             state.failures += 1
-            self._after_error(exc, state.failures, lost)
+            self._after_error(exc, state, lost)
             return None
         state.failures = 0
         return outcome
@@ -191,7 +206,7 @@ class ClaimLoop:
                 timeout, state.recheck = min(timeout, state.recheck), state.recheck * 2
         else:
             timeout = max(FOLLOWER_WAIT, self.poll_interval or 0.0)
-        woken = self._signal.wait(seen, timeout)
+        woken = state.waits.signal(self._signal, seen, timeout)
         state.idle = self.min_poll_interval if woken else min(state.idle * 2, self.poll_interval)
 
     def _idle_timeout(self, conn: Connection, idle: float) -> float:
@@ -271,7 +286,7 @@ class ClaimLoop:
                     worker_id,
                     reserve=reserve,
                     stopping=lambda: self.stopping,
-                    pause=self._stop.wait,
+                    pause=lambda seconds: state.waits.backoff(self._signal, seconds),
                 )
 
             return claim_and_run(executor, conn, engine, claim, lambda: self.stopping)
@@ -304,13 +319,14 @@ class ClaimLoop:
         return jobs
 
     # ---- helpers ------------------------------------------------------------------------------
-    def _after_error(self, exc: Exception, failures: int, lost: bool = False) -> None:
+    def _after_error(self, exc: Exception, state: _ThreadState, lost: bool = False) -> None:
         """Back off after a failed round. ``lost``: the connection broke (whatever the error
         that surfaced, e.g. a handler's own exception about it): a database error, not a bug."""
+        failures = state.failures
         dialect = self.strategy.dialect if self.strategy else None
         if dialect is not None and dialect.is_transient(exc):
             log.info("transaction retried after a transient error: %s", _first_line(exc))
-            time.sleep(random.uniform(0.01, 0.1))
+            state.waits.sleep(random.uniform(0.01, 0.1))
             return
         if isinstance(exc, LockServerUnavailableError):
             # The request already waited for the connection (which reconnects with its own
@@ -318,7 +334,7 @@ class ClaimLoop:
             if failures == 1 or failures % 10 == 0:
                 log.warning("%s; claims resume once it is back", exc)
                 self.context.registry.hooks.report(exc, self)
-            self._stop.wait(random.uniform(0.2, 0.6))
+            state.waits.backoff(self._signal, random.uniform(0.2, 0.6))
             return
         delay = min(MAX_RECONNECT_DELAY, 0.5 * 2 ** (failures - 1)) * random.uniform(0.8, 1.2)
         if isinstance(exc, sa.exc.DBAPIError) or lost:
@@ -329,7 +345,7 @@ class ClaimLoop:
         self.context.registry.hooks.report(exc, self)
         with self._lock:
             self.summary.reconnects += 1
-        self._stop.wait(delay)
+        state.waits.backoff(self._signal, delay)
 
     def _budget_left(self) -> bool:
         if self.max_jobs is None:

@@ -24,6 +24,7 @@ from ..pubsub import subscription_problems
 from ..runtime import RuntimeContext
 from ..wakeup import Notifier, WakeSignal
 from ..wakeups import CommitWaker
+from .aio import EventLoop, SlotHandle, start_slot
 from .cancels import CancelPoller
 from .joblog import JobLogWriter
 from .loop import ClaimLoop
@@ -34,6 +35,8 @@ from .scheduler import Scheduler
 from .watchdog import CANCEL_NOTICE, DEFAULT_TIMEOUT_GRACE, Slot, Watchdog
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from ..strategies import ClaimStrategy
 
 log = logging.getLogger("dbqueue.worker")
@@ -92,6 +95,10 @@ class Worker(ClaimLoop, AbandonedThreads):
         jobs of that queue running at once across all workers (added to the App's
         ``app.queue(name, concurrency=N)``, and winning over them).
     """
+
+    #: With async handlers: the event loop the slots run on, and their async engine.
+    _loop: EventLoop | None = None
+    _async_engine: AsyncEngine | None = None
 
     def __init__(
         self,
@@ -205,6 +212,12 @@ class Worker(ClaimLoop, AbandonedThreads):
             max_overflow=-1,
             execution_options={dialects.WRITE_INTENT: True},
         )
+        if self.context.registry.has_async_handlers():
+            self._async_engine = self.context.create_async_engine(
+                pool_size=self.concurrency + 2,
+                max_overflow=-1,
+                execution_options={dialects.WRITE_INTENT: True},
+            )
         self.context.local_workers.add(self)
         hooks = self.context.registry.hooks
         started = False
@@ -322,7 +335,7 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.watchdog, self._engine, self.context.cancel_requests()
         )
         self.cancel_poller.start()
-        live: dict[int, threading.Thread] = {}
+        live: dict[int, threading.Thread | SlotHandle] = {}
         for index in range(self.concurrency):
             live[index] = self._start_thread(index)
         next_index = self.concurrency
@@ -340,7 +353,11 @@ class Worker(ClaimLoop, AbandonedThreads):
                     live[next_index] = self._start_thread(next_index)
                     next_index += 1
 
-    def _start_thread(self, index: int) -> threading.Thread:
+    def _start_thread(self, index: int) -> threading.Thread | SlotHandle:
+        if self._async_engine is not None:  # a slot on the event loop
+            if self._loop is None:
+                self._loop = EventLoop()
+            return start_slot(self._loop, self._async_engine, index, self._thread_main)
         # Daemon threads: a live worker's threads are all joined above before run() returns;
         # only an abandoned one (blocked in C past its timeout) is left for the exit to end.
         thread = threading.Thread(
@@ -367,6 +384,8 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.strategy.close()
         if self._engine is not None:
             self._engine.dispose()
+        if self._loop is not None:
+            self._loop.close(self._async_engine)
         if self.context.tenants is not None:
             self.context.tenants.dispose()
 

@@ -91,6 +91,9 @@ class Slot:
     reason: str = TIMEOUT
     #: Cancel requests found for jobs of the batch that have not started: id → when asked.
     requests: dict[int, dt.datetime] = field(default_factory=dict)
+    #: An async slot's: stops an async handler (cancels its task) and returns True, or returns
+    #: False when a plain handler runs (on ``thread_id``, where the exception is raised).
+    interrupt: Callable[[type[BaseException]], bool] | None = None
 
 
 def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> None:
@@ -233,10 +236,9 @@ class Watchdog:
                         continue
                     if not slot.fired and now >= slot.deadline:
                         slot.fired = True
-                        _raise_in_thread(
-                            slot.thread_id,
-                            HandlerCancelled if slot.reason == CANCEL else HandlerTimeout,
-                        )
+                        exc_type = HandlerCancelled if slot.reason == CANCEL else HandlerTimeout
+                        if slot.interrupt is None or not slot.interrupt(exc_type):
+                            _raise_in_thread(slot.thread_id, exc_type)
                     if slot.fired:
                         if now >= slot.deadline + self.grace:
                             slot.abandoned = True

@@ -67,10 +67,13 @@ class Case:
     strategy: str
     #: Servers besides the database that the strategy depends on, each restarted once.
     services: tuple[str, ...] = field(default=())
+    #: "async": the handler is an async def (an async worker: slots on an event loop).
+    handlers: str = "sync"
 
     @property
     def id(self) -> str:
-        return f"{self.database}-{self.strategy}"
+        suffix = "-async" if self.handlers == "async" else ""
+        return f"{self.database}-{self.strategy}{suffix}"
 
 
 CASES = [
@@ -81,6 +84,11 @@ CASES = [
     Case("sqlite", "sqlite"),
     Case("postgresql", "lock_server", ("lock_server",)),
     Case("mysql", "lock_server", ("lock_server",)),
+    # An async pair per database: the same claims and outcomes, driven from an event loop
+    # (the asyncio lock-server client, PostgreSQL's lock server restarted under it).
+    Case("postgresql", "lock_server", ("lock_server",), handlers="async"),
+    Case("mysql", "skip_locked", handlers="async"),
+    Case("sqlite", "sqlite", handlers="async"),
 ]
 
 #: service name → progress at which to restart it (the restart itself comes from a fixture).
@@ -172,9 +180,13 @@ class Progress:
 
 
 class Workers:
-    def __init__(self, url: str, strategy: str, logs: Path, server: str | None = None) -> None:
+    def __init__(
+        self, url: str, strategy: str, logs: Path, server: str | None = None, handlers: str = ""
+    ) -> None:
         self.url, self.strategy, self.logs = url, strategy, logs
         self.server_args = ["--server", server] if server else []
+        if handlers == "async":
+            self.server_args.append("--async-handlers")
         self.started: list[subprocess.Popen] = []
         self.killed: list[subprocess.Popen] = []
 
@@ -286,7 +298,11 @@ def test_chaos_loses_nothing_and_runs_nothing_twice(case, target, services, tmp_
     progress = Progress(target.url, runs, app.tables.jobs)
     lock_server = services.get("lock_server")
     workers = Workers(
-        target.url, case.strategy, tmp_path, lock_server.address if lock_server else None
+        target.url,
+        case.strategy,
+        tmp_path,
+        lock_server.address if lock_server else None,
+        case.handlers,
     )
     first_half = JOBS // 2
     enqueue(app, first_half)

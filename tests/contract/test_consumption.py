@@ -7,6 +7,7 @@ import datetime as dt
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from support.backends import PREFIX, effects
+from support.handlers import KINDS, handler
 
 import dbqueue
 
@@ -15,15 +16,18 @@ def write_effect(session, job, note="ok"):
     session.execute(effects.insert().values(job_id=job.id, note=note))
 
 
-def test_handler_writes_commit_if_and_only_if_the_job_succeeds(backend):
+@KINDS
+def test_handler_writes_commit_if_and_only_if_the_job_succeeds(backend, kind):
     app = backend.app(max_attempts=1)
 
     @app.task("good")
+    @handler(kind)
     def good(job, session):
         write_effect(session, job)
         return "fine"
 
     @app.task("bad")
+    @handler(kind)
     def bad(job, session):
         write_effect(session, job)
         raise RuntimeError("handler failed after writing")
@@ -73,10 +77,12 @@ def test_handler_receives_the_job(backend):
     }
 
 
-def test_a_failing_job_in_a_batch_rolls_back_only_its_own_writes(backend):
+@KINDS
+def test_a_failing_job_in_a_batch_rolls_back_only_its_own_writes(backend, kind):
     app = backend.app(max_attempts=1)
 
     @app.task("mixed")
+    @handler(kind)
     def mixed(job, session):
         write_effect(session, job)
         if job.payload["fail"]:

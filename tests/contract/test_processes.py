@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from support.backends import effect_rows
+from support.handlers import KINDS
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -17,33 +18,54 @@ pytestmark = pytest.mark.slow
 WORKER = Path(__file__).resolve().parents[1] / "support" / "worker_process.py"
 
 
-def start_worker(backend, *args: str, log: Path) -> subprocess.Popen:
+def start_worker(backend, *args: str, log: Path, kind: str = "sync") -> subprocess.Popen:
+    """A worker process; ``kind="async"``: its handler is an async def (an async worker)."""
+    extra = ["--async-handlers"] if kind == "async" else []
     return subprocess.Popen(
-        [sys.executable, str(WORKER), backend.url, backend.strategy, *backend.worker_args(), *args],
+        [
+            sys.executable,
+            str(WORKER),
+            backend.url,
+            backend.strategy,
+            *backend.worker_args(),
+            *extra,
+            *args,
+        ],
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
     )
 
 
-def test_four_processes_drain_2000_jobs_exactly_once(backend, tmp_path):
+#: Processes and jobs of the exactly-once test per kind of handler: the async run is smaller
+#: (the suite's time budget); its claims, fences and commits are the same code.
+DRAIN = {"sync": (4, 2000), "async": (2, 300)}
+
+
+@KINDS
+def test_four_processes_drain_2000_jobs_exactly_once(backend, tmp_path, kind):
     log = tmp_path / "workers.log"
-    workers = [start_worker(backend, "--concurrency", "2", log=log) for _ in range(4)]
+    processes, total = DRAIN[kind]
+    workers = [
+        start_worker(backend, "--concurrency", "2", log=log, kind=kind) for _ in range(processes)
+    ]
     try:
-        wait_for(lambda: log.read_text().count("concurrency 2") == 4, 60, "4 workers to start")
+        wait_for(
+            lambda: log.read_text().count("concurrency 2") == processes, 60, "workers to start"
+        )
         app = backend.app()
-        app.enqueue_many(None, [{"task": "effect", "payload": {"n": i}} for i in range(2000)])
+        app.enqueue_many(None, [{"task": "effect", "payload": {"n": i}} for i in range(total)])
 
         def drained() -> bool:
-            return sum(s.counts.get("succeeded", 0) for s in app.stats()) == 2000
+            return sum(s.counts.get("succeeded", 0) for s in app.stats()) == total
 
-        wait_for(drained, 240, "the workers to drain 2,000 jobs")
+        wait_for(drained, 240, f"the workers to drain {total} jobs")
     finally:
         for worker in workers:
             worker.send_signal(signal.SIGTERM)
         codes = [worker.wait(timeout=60) for worker in workers]
-    assert codes == [0, 0, 0, 0], log.read_text()[-3000:]
+    assert codes == [0] * processes, log.read_text()[-3000:]
     jobs = backend.jobs()
-    assert len(jobs) == 2000
+    assert len(jobs) == total
     assert {j["status"] for j in jobs} == {"succeeded"}, log.read_text()[-3000:]
     assert {j["attempt"] for j in jobs} == {1}  # no job needed a second attempt
     rows = effect_rows(backend)
@@ -58,12 +80,13 @@ def test_four_processes_drain_2000_jobs_exactly_once(backend, tmp_path):
 LOCK_BASED = {"advisory_lock", "lock_server"}
 
 
-def test_sigkill_mid_job_loses_nothing_and_keeps_no_partial_writes(backend, tmp_path):
+@KINDS
+def test_sigkill_mid_job_loses_nothing_and_keeps_no_partial_writes(backend, tmp_path, kind):
     app = backend.app()
     started = tmp_path / "started"
     job_id = app.enqueue(None, "effect", {"sleep": 60, "started_file": str(started)})
     log = tmp_path / "worker.log"
-    victim = start_worker(backend, "--no-maintenance", log=log)
+    victim = start_worker(backend, "--no-maintenance", log=log, kind=kind)
     try:
         wait_for(started.exists, 30, "the handler to start")
         # The handler has written its effect row (flushed, uncommitted) and is sleeping.
@@ -83,7 +106,7 @@ def test_sigkill_mid_job_loses_nothing_and_keeps_no_partial_writes(backend, tmp_
         assert (job["status"], job["attempt"]) == ("available", 1)
         assert "died" in job["message"] and job["previous_status"] == "failed"
         time.sleep(0.2)  # the retry's backoff (0.05 s × attempt)
-    rescuer = start_worker(backend, "--burst", "--no-sleep", "--no-maintenance", log=log)
+    rescuer = start_worker(backend, "--burst", "--no-sleep", "--no-maintenance", log=log, kind=kind)
     assert rescuer.wait(timeout=60) == 0, log.read_text()[-3000:]
     job = app.get_job(job_id)
     assert job["status"] == "succeeded"
@@ -117,13 +140,14 @@ def test_rescue_leaves_jobs_of_live_workers_alone(backend, tmp_path):
     assert [r[0] for r in effect_rows(backend)] == [job_id]
 
 
-def test_sigterm_finishes_the_running_job_then_exits_zero(backend, tmp_path):
+def test_sigterm_finishes_the_running_job_then_exits_zero(backend, tmp_path, kind="sync"):
+    """(With an async handler: ``test_async_handlers.py``, once per database.)"""
     app = backend.app()
     started = tmp_path / "started"
     first = app.enqueue(None, "effect", {"sleep": 1.5, "started_file": str(started)}, priority=1)
     second = app.enqueue(None, "effect", {}, priority=2)
     log = tmp_path / "worker.log"
-    worker = start_worker(backend, "--batch-size", "1", log=log)
+    worker = start_worker(backend, "--batch-size", "1", log=log, kind=kind)
     try:
         wait_for(started.exists, 30, "the handler to start")
         worker.send_signal(signal.SIGTERM)

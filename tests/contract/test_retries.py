@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import pytest
 from support.backends import effects
+from support.handlers import KINDS, handler
 
 
 def seconds(delta) -> float:
     return delta.total_seconds()
 
 
-def test_failure_records_the_attempt_and_retry_honours_the_backoff(backend):
+@KINDS
+def test_failure_records_the_attempt_and_retry_honours_the_backoff(backend, kind):
     app = backend.app()
 
     @app.task("flaky", backoff=lambda attempt: 60.0 * attempt, max_attempts=5)
+    @handler(kind)
     def flaky(job, session):
         raise ConnectionError(f"gateway down (attempt {job.attempt})")
 
@@ -73,11 +76,13 @@ def test_a_callable_backoff_on_the_app_replaces_the_default(backend):
     assert seconds(job["run_at"] - job["updated_at"]) == pytest.approx(42.5, abs=0.005)
 
 
-def test_retried_job_eventually_succeeds(backend):
+@KINDS
+def test_retried_job_eventually_succeeds(backend, kind):
     app = backend.app(retry_base_interval=0.05)
     attempts = []
 
     @app.task("third_time_lucky", max_attempts=5)
+    @handler(kind)
     def lucky(job, session):
         attempts.append(job.attempt)
         session.execute(effects.insert().values(job_id=job.id, note=f"attempt {job.attempt}"))
@@ -95,15 +100,18 @@ def test_retried_job_eventually_succeeds(backend):
     assert backend.effect_ids() == [job_id]  # only the successful attempt's write remains
 
 
-def test_exhausted_job_is_dead_and_its_dead_handler_runs_with_the_live_id(backend):
+@KINDS
+def test_exhausted_job_is_dead_and_its_dead_handler_runs_with_the_live_id(backend, kind):
     app = backend.app(retry_base_interval=0.01)
     dead_seen = []
 
     @app.task("doomed", max_attempts=2)
+    @handler(kind)
     def doomed(job, session):
         raise ValueError("always fails")
 
     @app.dead_handler("doomed")
+    @handler(kind)
     def doomed_dead(job, session):
         dead_seen.append((job.dead, job.live_id, job.payload, job.attempt))
         session.execute(effects.insert().values(job_id=job.id, note="dead handler ran"))

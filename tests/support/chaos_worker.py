@@ -14,6 +14,7 @@ ticks every half second and rescue runs on each tick: a killed advisory-lock wor
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import logging
 import os
@@ -48,9 +49,17 @@ def runs_table(prefix: str) -> sa.Table:
     )
 
 
-def build_app(url: str, prefix: str) -> dbqueue.App:
+def build_app(url: str, prefix: str, async_handlers: bool = False) -> dbqueue.App:
     app = dbqueue.App(url, table_prefix=prefix, retry_base_interval=0.05)
     runs = runs_table(prefix)
+    if async_handlers:
+
+        @app.task("chaos")
+        async def async_chaos(job: dbqueue.Job, session) -> None:
+            await session.execute(runs.insert().values(job_id=job.id, pid=os.getpid()))
+            await asyncio.sleep(random.uniform(0, 0.01))
+
+        return app
 
     @app.task("chaos")
     def chaos(job: dbqueue.Job, session) -> None:
@@ -77,12 +86,13 @@ def main() -> int:
     parser.add_argument("prefix")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--server", help="HOST:PORT of the lock server (lock_server)")
+    parser.add_argument("--async-handlers", action="store_true", help="chaos as an async def")
     args = parser.parse_args()
     logging.basicConfig(
         level=logging.INFO,
         format=f"%(asctime)s {os.getpid()} %(levelname)s %(name)s: %(message)s",
     )
-    app = build_app(args.url, args.prefix)
+    app = build_app(args.url, args.prefix, args.async_handlers)
     app = app.reconfigured(
         maintenance_tick=0.5, rescue_minutes=tuple(range(60)), notify_minutes=tuple(range(60))
     )

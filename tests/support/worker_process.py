@@ -11,6 +11,7 @@ wait until another file exists (the test says when it may finish).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import sys
@@ -24,9 +25,16 @@ from support.backends import PREFIX, effects  # noqa: E402
 
 
 def build_app(
-    url: str, sleep: bool = True, prefix: str = PREFIX, server: str | None = None
+    url: str,
+    sleep: bool = True,
+    prefix: str = PREFIX,
+    server: str | None = None,
+    async_handlers: bool = False,
 ) -> dbqueue.App:
     app = dbqueue.App(url, table_prefix=prefix, retry_base_interval=0.05, lock_server=server)
+    if async_handlers:
+        app.task("effect")(async_effect(sleep))
+        return app
 
     @app.task("effect")
     def effect(job: dbqueue.Job, session) -> str:
@@ -54,6 +62,27 @@ def wait_until(path: Path) -> None:
         time.sleep(0.02)
 
 
+def async_effect(sleep: bool):
+    """``effect`` as an ``async def``: the same row through its AsyncSession, awaited sleeps."""
+
+    async def effect(job: dbqueue.Job, session) -> str:
+        payload = job.payload or {}
+        note = f"attempt {job.attempt}"
+        await session.execute(effects.insert().values(job_id=job.id, note=note, pid=os.getpid()))
+        await session.flush()
+        if sleep and payload.get("started_file"):
+            Path(payload["started_file"]).write_text(str(os.getpid()))
+        if sleep and payload.get("sleep"):
+            await asyncio.sleep(float(payload["sleep"]))
+        if payload.get("wait_file"):
+            deadline = time.monotonic() + 300
+            while not Path(payload["wait_file"]).exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        return f"done by {os.getpid()}"
+
+    return effect
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
@@ -68,12 +97,13 @@ def main() -> int:
     parser.add_argument("--debug", action="store_true")
     parser.add_argument("--prefix", default=PREFIX, help="table prefix")
     parser.add_argument("--server", help="HOST:PORT of the lock server")
+    parser.add_argument("--async-handlers", action="store_true", help="effect as an async def")
     args = parser.parse_args()
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,
         format=f"%(asctime)s {os.getpid()} %(levelname)s %(name)s: %(message)s",
     )
-    app = build_app(args.url, not args.no_sleep, args.prefix, args.server)
+    app = build_app(args.url, not args.no_sleep, args.prefix, args.server, args.async_handlers)
     summary = app.run_worker(
         strategy=args.strategy,
         concurrency=args.concurrency,
