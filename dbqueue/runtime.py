@@ -23,6 +23,7 @@ from .config import Settings, redact
 from .engine import QueueEngine
 from .errors import ConfigurationError, DatabaseUnavailableError
 from .identifiers import check_queue_name
+from .instruments import Instruments
 from .maintenance import MaintenanceSettings
 from .migrate import check_schema
 from .policy import RetryPolicy
@@ -41,8 +42,9 @@ class RuntimeContext:
     """One queue's resolved configuration and shared run-time objects.
 
     ``engine``: the user's own Engine, when the App was given one. ``registry`` and
-    ``local_workers`` are shared by every context ``reconfigured`` from this one: the handlers
-    registered on the App, and the workers of this process that an enqueue wakes.
+    ``local_workers`` and ``instruments`` are shared by every context ``reconfigured`` from this
+    one: the handlers registered on the App, the workers of this process that an enqueue wakes,
+    and the metrics and tracing observers.
     """
 
     def __init__(
@@ -54,8 +56,11 @@ class RuntimeContext:
         registry: TaskRegistry | None = None,
         environ: Mapping[str, str] | None = None,
         local_workers: weakref.WeakSet[Any] | None = None,
+        instruments: Instruments | None = None,
     ) -> None:
         self.settings = settings
+        #: Metrics and tracing observers, shared by every context reconfigured from this one.
+        self.instruments = instruments if instruments is not None else Instruments()
         self.names = TableNames.resolve(
             settings.table_prefix,
             settings.schema,
@@ -109,6 +114,7 @@ class RuntimeContext:
             registry=self.registry,
             environ=self._environ,
             local_workers=self.local_workers,
+            instruments=self.instruments,
         )
 
     # ---- the database -------------------------------------------------------------------------
@@ -141,7 +147,9 @@ class RuntimeContext:
         key = id(conn.dialect)
         found = self._queue_engines.get(key)
         if found is None or found.dialect.sa_dialect is not conn.dialect:
-            found = QueueEngine(self.tables, dialects.for_sqlalchemy(conn.dialect))
+            found = QueueEngine(
+                self.tables, dialects.for_sqlalchemy(conn.dialect), self.instruments
+            )
             self._queue_engines[key] = found
         return found
 
