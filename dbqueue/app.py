@@ -360,7 +360,10 @@ class App(
         workers report running, under every strategy), the oldest runnable job's age."""
         with connection_for(self._target(target)) as conn:
             engine = self.context.queue_engine(conn)
-            return with_running(engine, conn, engine.stats(conn)[0])
+            found = engine.stats(conn)[0]
+            with self.context.workers_connection(conn) as registry:
+                infos = worker_infos(self.context.queue_engine(registry), registry)
+            return with_running(engine, conn, found, infos)
 
     def workers(
         self, *, include_gone: bool = False, target: Target | None = None
@@ -368,8 +371,11 @@ class App(
         """The worker processes in the registry of live workers, oldest first; with
         ``include_gone`` also those whose heartbeat expired (``alive`` False) that maintenance
         has not deleted yet."""
-        with connection_for(self._target(target)) as conn:
-            return worker_infos(self.context.queue_engine(conn), conn, include_gone)
+        with (
+            connection_for(self._target(target)) as conn,
+            self.context.workers_connection(conn) as registry,
+        ):
+            return worker_infos(self.context.queue_engine(registry), registry, include_gone)
 
     def dead_jobs(
         self, queue: str | None = None, limit: int = 100, target: Target | None = None

@@ -215,8 +215,8 @@ class Maintenance:
         """Retry ``running`` jobs whose worker died, and forget the workers whose heartbeat
         expired (their rows in the registry of live workers)."""
         result = self._rescue_jobs(conn, engine)
-        with conn.begin():
-            gone = engine.forget_gone_workers(conn)
+        with conn.begin(), self.context.workers_connection(conn) as registry:
+            gone = self.context.queue_engine(registry).forget_gone_workers(registry)
         if gone:
             result += f"; forgot {len(gone)} gone worker(s): {', '.join(gone[:20])}"
         return result

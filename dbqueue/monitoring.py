@@ -96,10 +96,12 @@ def worker_infos(engine: Any, conn: Any, include_gone: bool = False) -> list[Wor
     return [WorkerInfo.of(row) for row in engine.worker_rows(conn, include_gone)]
 
 
-def with_running(engine: Any, conn: Any, found: list[QueueStats]) -> list[QueueSummary]:
+def with_running(
+    engine: Any, conn: Any, found: list[QueueStats], workers: list[WorkerInfo]
+) -> list[QueueSummary]:
     """Queue summaries whose ``running`` also counts the jobs live workers report running while
     their rows still say ``available`` (claims inside an open transaction: skip_locked,
     SQLite), taken out of ``available``; under every strategy ``running`` is then what runs."""
-    ids = [job["id"] for info in worker_infos(engine, conn) for job in info.jobs]
+    ids = [job["id"] for info in workers for job in info.jobs]
     hidden = engine.still_available(conn, ids) if ids else {}
     return [QueueSummary.of(stats, hidden.get(stats.queue, 0)) for stats in found]

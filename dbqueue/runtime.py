@@ -9,9 +9,11 @@ nowhere else), the retry policy and the start-up checks. A change of settings is
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -29,7 +31,7 @@ from .migrate import check_schema
 from .policy import RetryPolicy
 from .pubsub import SubscriptionStore
 from .retry import DEFAULT_BASE_INTERVAL, Backoff, linear_backoff
-from .schema import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, TableNames, tables_for
+from .schema import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, TableNames, tables_for, workers_table
 from .tasks import TaskRegistry
 from .wakeup import Notifier
 from .webhooks import DEFAULT_WEBHOOK_TIMEOUT, WebhookHandler, WebhookSender
@@ -99,6 +101,7 @@ class RuntimeContext:
         self._lock = threading.Lock()
         self._queue_engines: dict[int, QueueEngine] = {}
         self._cancel_requests: cancellation.RequestStore | None = None
+        self._workers_engine: Engine | bool | None = None
 
     def reconfigured(self, **overrides: Any) -> RuntimeContext:
         """A context whose settings have these overrides (None: unchanged), sharing this one's
@@ -159,6 +162,34 @@ class RuntimeContext:
             if self._cancel_requests is None:
                 self._cancel_requests = cancellation.request_store(self)
             return self._cancel_requests
+
+    def workers_side_engine(self) -> Engine | None:
+        """Where the registry of live workers is kept when not beside the jobs: the database's
+        side file (SQLite), as a batch holds the database's one write lock for as long as its
+        handlers run and a heartbeat must not wait for it. None: the queue's own database."""
+        with self._lock:
+            if self._workers_engine is None:
+                side = self.dialect_class().side_database_url(sa.engine.make_url(self.url))
+                self._workers_engine = False
+                if side is not None:
+                    names = dataclasses.replace(self.names, schema=None)
+                    table = workers_table(sa.MetaData(), names)
+                    engine = dialects.create_engine(side, pool_size=1, max_overflow=4)
+                    with engine.begin() as conn:
+                        conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
+                    self._workers_engine = engine
+            return self._workers_engine or None
+
+    @contextlib.contextmanager
+    def workers_connection(self, conn: Connection) -> Iterator[Connection]:
+        """A connection to the registry of live workers: ``conn`` itself, or one to the side
+        database (in a transaction of its own) where the registry is kept there."""
+        side = self.workers_side_engine()
+        if side is None:
+            yield conn
+            return
+        with side.begin() as own:
+            yield own
 
     def check_database(self, engine: Engine) -> dialects.Dialect:
         """Start-up checks: the server answers, suits dbqueue, and has the tables at the

@@ -51,7 +51,8 @@ class Heartbeat:
         interval: float = DEFAULT_HEARTBEAT_INTERVAL,
     ) -> None:
         self.context = context
-        self.engine = engine
+        #: The registry's database: the queue's, or its side file (SQLite).
+        self.engine = context.workers_side_engine() or engine
         self.id = uuid.uuid4().hex
         self.identity = {
             "id": self.id,
