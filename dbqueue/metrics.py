@@ -14,6 +14,7 @@ Two kinds, read by different processes:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -133,6 +134,9 @@ def serve(app: App, port: int, bind: str = "0.0.0.0", registry: Any = None) -> A
             f"cannot serve metrics on {bind}:{port}: {exc.strerror or exc}; choose another "
             "--metrics-port (0: any free port)"
         ) from None
+    logging.getLogger("dbqueue.metrics").info(
+        "Prometheus metrics on http://%s:%d/metrics", bind, server.server_port
+    )
     return server
 
 
