@@ -34,6 +34,7 @@ from .retry import Backoff
 from .runtime import RuntimeContext
 from .scheduling import PeriodicRegistration
 from .schema import DEFAULT_HTTP_METHOD
+from .tenants import TenantSource
 from .wakeups import CommitWaker
 
 if TYPE_CHECKING:
@@ -60,7 +61,11 @@ class App(
     DBQUEUE_URL, else the seed's DB_*/DATABASE_* variables, else ``sqlite:///dbqueue.db``.
     Creating an App never connects; the first enqueue or worker does. ``lock_server``
     ("HOST:PORT", default $DBQUEUE_LOCK_SERVER) is where the lock_server strategy takes its
-    locks and where enqueues hint that work is available.
+    locks and where enqueues hint that work is available. ``tenant_databases`` (a mapping
+    tenant → URL, a URL template with ``{tenant}``, or a callable tenant → URL or Engine;
+    default: the seed's credentials API when MULTI_DATABASE=true) is where handlers registered
+    with ``tenant_database=True`` find the job's tenant's database; ``tenant_cache_size``
+    (default $DBQUEUE_TENANT_CACHE_SIZE, else 20) how many tenants' engines stay open.
     """
 
     #: The class ``worker()`` builds. The worker layer sits above this one, so ``dbqueue``'s
@@ -85,6 +90,8 @@ class App(
         webhook_timeout: float | None = None,
         eager: bool | None = None,
         eager_raise: bool | None = None,
+        tenant_databases: TenantSource | None = None,
+        tenant_cache_size: int | None = None,
         settings: Settings | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
@@ -109,9 +116,18 @@ class App(
             webhook_timeout=webhook_timeout,
             eager=check_flag("eager", eager),
             eager_raise=check_flag("eager_raise", eager_raise),
+            tenant_cache_size=tenant_cache_size,
         )
         engine = url if isinstance(url, Engine) else None
-        self._use(RuntimeContext(merged, engine=engine, backoff=backoff, environ=environ))
+        self._use(
+            RuntimeContext(
+                merged,
+                engine=engine,
+                backoff=backoff,
+                environ=environ,
+                tenant_databases=tenant_databases,
+            )
+        )
 
     def _use(self, context: RuntimeContext) -> None:
         self.context = context

@@ -33,6 +33,7 @@ from .pubsub import SubscriptionStore
 from .retry import DEFAULT_BASE_INTERVAL, Backoff, linear_backoff
 from .schema import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, TableNames, tables_for, workers_table
 from .tasks import TaskRegistry
+from .tenants import TenantDatabases, TenantSource
 from .wakeup import Notifier
 from .webhooks import DEFAULT_WEBHOOK_TIMEOUT, WebhookHandler, WebhookSender
 
@@ -59,6 +60,8 @@ class RuntimeContext:
         environ: Mapping[str, str] | None = None,
         local_workers: weakref.WeakSet[Any] | None = None,
         instruments: Instruments | None = None,
+        tenant_databases: TenantSource | None = None,
+        tenants: TenantDatabases | None = None,
     ) -> None:
         self.settings = settings
         #: Metrics and tracing observers, shared by every context reconfigured from this one.
@@ -96,6 +99,12 @@ class RuntimeContext:
         self.local_workers: weakref.WeakSet[Any] = (
             local_workers if local_workers is not None else weakref.WeakSet()
         )
+        #: The tenants' databases (``App(tenant_databases=…)`` / MULTI_DATABASE), or None.
+        self.tenants = (
+            tenants
+            if tenants is not None
+            else TenantDatabases.configure(tenant_databases, settings)
+        )
         self._environ = environ
         self._engine = engine
         self._lock = threading.Lock()
@@ -118,6 +127,7 @@ class RuntimeContext:
             environ=self._environ,
             local_workers=self.local_workers,
             instruments=self.instruments,
+            tenants=self.tenants,
         )
 
     # ---- the database -------------------------------------------------------------------------

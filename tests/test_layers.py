@@ -52,7 +52,13 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.wakeups",
     ),
     # runtime: the runtime context (settings, engines, strategy resolution) and maintenance.
-    "runtime": ("dbqueue.runtime", "dbqueue.maintenance", "dbqueue.cancellation"),
+    "runtime": (
+        "dbqueue.runtime",
+        "dbqueue.maintenance",
+        "dbqueue.cancellation",
+        "dbqueue.tenants",
+        "dbqueue.credentials",
+    ),
     # engine: the job lifecycle in SQLAlchemy Core, compiled statements, migrations (and their
     # place in an application's own Alembic project), pub/sub.
     "engine": (
@@ -88,6 +94,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.poollog",
         "dbqueue.logs",
         "dbqueue.periodic",
+        "dbqueue.grafana",
     ),
 }
 
