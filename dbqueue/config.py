@@ -80,6 +80,9 @@ class Settings:
     runtime context; a change is a new Settings (``merged``) and so a new context."""
 
     url: str | None = None
+    # The asyncio URL of the same database (aenqueue's own transactions); None: derived from
+    # ``url`` with the database's asyncio driver (postgresql+asyncpg, mysql+aiomysql, ...).
+    async_url: str | None = None
     dialect: str | None = None
     table_prefix: str | None = None
     schema: str | None = None
@@ -132,6 +135,7 @@ class Settings:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {
             "url": env_first(env, "DBQUEUE_URL"),
+            "async_url": env_first(env, "DBQUEUE_ASYNC_URL"),
             "dialect": env_first(env, "DBQUEUE_DIALECT", "DB_DIALECT"),
             "table_prefix": env.get("DBQUEUE_TABLE_PREFIX"),
             "schema": env_first(env, "DBQUEUE_SCHEMA"),

@@ -37,6 +37,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "worker": ("dbqueue.worker", "dbqueue.lockserver.serve"),
     # app: the user-facing facade (registration, enqueue/publish, sync and async) and its parts.
     "app": (
+        "dbqueue.aio",
         "dbqueue.app",
         "dbqueue.calls",
         "dbqueue.cancel_api",
@@ -50,6 +51,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.scheduling",
         "dbqueue.tracing",
         "dbqueue.wakeups",
+        "dbqueue.writes",
     ),
     # runtime: the runtime context (settings, engines, strategy resolution) and maintenance.
     "runtime": (
