@@ -47,10 +47,16 @@ _SUBSCRIPTIONS_COLUMNS = frozenset(
 # These two are generic in shape, so their name's ending (from TableNames) must match too.
 _MAINTENANCE_COLUMNS = frozenset(("routine", "last_tick", "runs", "result"))
 _VERSION_COLUMNS = frozenset(("version_num",))
-_PERIODIC_COLUMNS = frozenset(("name", "tick", "job_id"))  # since 0004
-_SLOTS_COLUMNS = frozenset(("queue", "slot", "job_id", "taken_at"))  # since 0004
-_CANCELS_COLUMNS = frozenset(("id", "job_id", "requested_at"))  # since 0004
-_UNIQUE_COLUMNS = frozenset(("queue", "unique_key", "job_id", "rerun_id"))  # since 0006_unique
+# The side tables, by their name's ending and the columns they have had since they were added.
+_SIDE_TABLE_COLUMNS = {
+    "_maintenance": _MAINTENANCE_COLUMNS,
+    "_periodic": frozenset(("name", "tick", "job_id")),  # since 0004
+    "_slots": frozenset(("queue", "slot", "job_id", "taken_at")),  # since 0004
+    "_cancels": frozenset(("id", "job_id", "requested_at")),  # since 0004
+    "_keys": frozenset(("queue", "key", "last_seq")),  # since 0005_keys
+    "_unique": frozenset(("queue", "unique_key", "job_id", "rerun_id")),  # since 0006_unique
+    "_workers": frozenset(("id", "host", "pid", "heartbeat_at", "expires_at")),  # since 0007
+}
 
 
 # ---- autogenerate ----------------------------------------------------------------------------
@@ -62,16 +68,9 @@ def is_dbqueue_table(table: sa.Table) -> bool:
     columns = frozenset(table.columns.keys())
     if columns >= _JOBS_COLUMNS or columns >= _SUBSCRIPTIONS_COLUMNS:
         return True
-    if table.name.endswith("_maintenance") and columns >= _MAINTENANCE_COLUMNS:
-        return True
-    if table.name.endswith("_periodic") and columns >= _PERIODIC_COLUMNS:
-        return True
-    if table.name.endswith("_slots") and columns >= _SLOTS_COLUMNS:
-        return True
-    if table.name.endswith("_cancels") and columns >= _CANCELS_COLUMNS:
-        return True
-    if table.name.endswith("_unique") and columns >= _UNIQUE_COLUMNS:
-        return True
+    for ending, required in _SIDE_TABLE_COLUMNS.items():
+        if table.name.endswith(ending) and columns >= required:
+            return True
     return table.name.endswith("_alembic") and columns == _VERSION_COLUMNS
 
 

@@ -120,6 +120,7 @@ COLUMNS: tuple[str, ...] = (
     "scored_payloads",
     "key",
     "key_seq",
+    "traceparent",
 )
 
 
@@ -166,6 +167,7 @@ class Job(ItemAccess):
     scored_payloads: list | None  # a coalescing task's [[score, payload], …], by score
     key: str | None  # jobs of a queue sharing a key never run at once
     key_seq: int | None  # its place in its key's line (None: unkeyed, or not admitted yet)
+    traceparent: str | None  # the enqueuer's trace context (dbqueue.tracing)
     # Not a column: set by the worker when a cancel request reaches this job while it runs
     # (when it was asked, the database's UTC time); read through cancel_requested().
     _cancel_requested_at: dt.datetime | None

@@ -24,6 +24,7 @@ DEFAULT_MAX_ATTEMPTS = 100  # the seed's QUEUE_MAX_RETRY
 MAX_MESSAGE_CHARS = 10_000
 MAX_UNIQUE_KEY = 255
 MAX_KEY_CHARS = 255  # a job's key (enqueue(..., key=...))
+MAX_TRACEPARENT = 128  # a W3C traceparent is 55 characters
 HTTP_METHODS = ("GET", "POST", "PUT")  # what a webhook subscription may use (the seed's)
 DEFAULT_HTTP_METHOD = "POST"
 
@@ -102,6 +103,11 @@ class TableNames:
         return f"{self.jobs}_keys"
 
     @property
+    def workers(self) -> str:
+        """The registry of live workers: one row per worker process, heartbeated."""
+        return f"{self.jobs}_workers"
+
+    @property
     def all(self) -> tuple[str, ...]:
         """Every queue table's name (not Alembic's version table)."""
         return (
@@ -113,6 +119,7 @@ class TableNames:
             self.cancels,
             self.unique,
             self.keys,
+            self.workers,
         )
 
     @property
@@ -136,6 +143,7 @@ class QueueTables:
     cancels: sa.Table
     unique: sa.Table
     keys: sa.Table
+    workers: sa.Table
 
 
 def _timestamp(name: str, *, server_now: bool = False, nullable: bool = True) -> sa.Column:
@@ -215,6 +223,8 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         sa.Column("key_seq", sa.BigInteger(), nullable=True),  # its place in the key's line
         sa.Column("unique_key", sa.String(MAX_UNIQUE_KEY), nullable=True),  # see unique_table
         sa.Column("scored_payloads", Payload(), nullable=True),  # a coalescing task's payloads
+        # The enqueuer's W3C trace context (dbqueue.tracing): links the job's span to it.
+        sa.Column("traceparent", sa.String(MAX_TRACEPARENT), nullable=True),
         schema=names.schema,
         **_table_kwargs("jobs"),
     )
@@ -378,6 +388,33 @@ def keys_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
     )
 
 
+def workers_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
+    """The registry of worker processes: each inserts its row at start, heartbeats it every few
+    seconds from a thread of its own (what it runs now, its counters) and deletes it at exit.
+    A row whose ``expires_at`` has passed is a worker gone without a word; maintenance deletes
+    it. A string key and nothing else, so it suits SingleStore too."""
+    return sa.Table(
+        names.workers,
+        metadata,
+        sa.Column("id", sa.String(64), primary_key=True, autoincrement=False),
+        sa.Column("name", sa.String(255), nullable=False),
+        sa.Column("host", sa.String(255), nullable=False),
+        sa.Column("pid", sa.Integer(), nullable=False),
+        sa.Column("queues", Payload(), nullable=True),  # JSON list of queue names
+        sa.Column("concurrency", sa.Integer(), nullable=False),
+        sa.Column("strategy", sa.String(32), nullable=False),
+        _timestamp("started_at", server_now=True, nullable=False),
+        _timestamp("heartbeat_at", server_now=True, nullable=False),
+        _timestamp("expires_at", nullable=False),
+        sa.Column("running", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("jobs", Payload(), nullable=True),  # JSON list: {id, queue, task, since}
+        sa.Column("processed", sa.BigInteger(), nullable=False, server_default="0"),
+        sa.Column("failed", sa.BigInteger(), nullable=False, server_default="0"),
+        schema=names.schema,
+        **_table_kwargs("workers"),
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def tables_for(names: TableNames) -> QueueTables:
     metadata = sa.MetaData()
@@ -392,4 +429,5 @@ def tables_for(names: TableNames) -> QueueTables:
         cancels=cancels_table(metadata, names),
         unique=unique_table(metadata, names),
         keys=keys_table(metadata, names),
+        workers=workers_table(metadata, names),
     )

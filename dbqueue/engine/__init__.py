@@ -8,8 +8,8 @@ database's name.
 
 The engine is one interface made of small parts, each a class on the shared EngineBase (tables,
 dialect, statement cache): inserts, claims, outcomes, queries, housekeeping, cancels,
-periodic ticks, queue-limit slots, unique keys. They are combined by inheritance rather than
-delegation so that a hot-path call costs what it did in one class.
+periodic ticks, queue-limit slots, unique keys, the workers registry. They are combined by
+inheritance rather than delegation so that a hot-path call costs what it did in one class.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from .queries import Queries
 from .records import FailResult, NewJob, QueueStats, truncate
 from .slots import Slots
 from .unique import COALESCE, ON_CONFLICT
+from .workers import WorkerRows
 
 __all__ = [
     "COALESCE",
@@ -36,5 +37,7 @@ __all__ = [
 ]
 
 
-class QueueEngine(Outcomes, Claims, Queries, Housekeeping, Cancels, PeriodicTicks, Slots):
+class QueueEngine(
+    Outcomes, Claims, Queries, Housekeeping, Cancels, PeriodicTicks, Slots, WorkerRows
+):
     """Every job-lifecycle statement on one set of queue tables of one database."""

@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..instruments import observed_insert
 from ..job import Status
 from .keys import Keys
 from .records import NewJob, truncate
@@ -53,6 +54,13 @@ class Inserts(Keys):
         return self.statement(f"insert:{timing}", build)
 
     def insert(self, conn: Connection, job: NewJob) -> int:
+        if self.instruments.enqueue:  # metrics or tracing: count it, give it a producer span
+            return observed_insert(
+                self.instruments.enqueue, [job], lambda: [self._insert(conn, job)]
+            )[0]
+        return self._insert(conn, job)
+
+    def _insert(self, conn: Connection, job: NewJob) -> int:
         row = job.values()
         if job.key is not None:
             _in_line(row, self.take_places(conn, job.queue, job.key, 1))
@@ -116,6 +124,13 @@ class Inserts(Keys):
         SQLAlchemy's own ``sort_by_parameter_order`` would fall back to one INSERT per row on
         SQLite, which is what this method exists to avoid.
         """
+        if self.instruments.enqueue:
+            return observed_insert(
+                self.instruments.enqueue, jobs, lambda: self._insert_many(conn, jobs, need_ids)
+            )
+        return self._insert_many(conn, jobs, need_ids)
+
+    def _insert_many(self, conn: Connection, jobs: Sequence[NewJob], need_ids: bool) -> list[int]:
         groups: dict[str, list[int]] = {}
         for index, job in enumerate(jobs):
             groups.setdefault(job.timing, []).append(index)
@@ -126,7 +141,7 @@ class Inserts(Keys):
             and conn.dialect.insert_executemany_returning
         )
         if need_ids and not returning:
-            return [self.insert(conn, job) for job in jobs]
+            return [self._insert(conn, job) for job in jobs]
         all_rows = [job.values() for job in jobs]
         keyed = [i for i, job in enumerate(jobs) if job.key is not None]
         if keyed:

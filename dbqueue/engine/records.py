@@ -47,6 +47,8 @@ class NewJob:
     scored_payloads: payload_codec.EncodedPayload | None = None
     #: Jobs of the queue sharing a key never run at once (see engine/keys.py).
     key: str | None = None
+    #: The enqueuer's W3C trace context (set by dbqueue.tracing, else None: not sent).
+    traceparent: str | None = None
 
     def values(self) -> dict[str, Any]:
         """Column values: the always-set columns and the optional ones this job sets."""
