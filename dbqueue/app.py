@@ -26,7 +26,8 @@ from .config import Settings
 from .eager import EagerMode, check_flag
 from .errors import ConfigurationError
 from .job import Status
-from .monitoring import QueueSummary
+from .monitoring import QueueSummary, stats_report
+from .morgue import MorgueAPI
 from .pubsub import Subscription, SubscriptionChanges, new_subscription_values
 from .queues import QueueConfiguration
 from .registration import HandlerRegistration
@@ -52,7 +53,13 @@ def _from_context(name: str, doc: str) -> Any:
 
 
 class App(
-    EagerMode, HandlerRegistration, CancelAPI, PeriodicRegistration, QueueConfiguration, ResultCalls
+    EagerMode,
+    HandlerRegistration,
+    CancelAPI,
+    MorgueAPI,
+    PeriodicRegistration,
+    QueueConfiguration,
+    ResultCalls,
 ):
     """A queue: where its tables live, which tasks it knows, and how to enqueue and consume.
 
@@ -353,7 +360,7 @@ class App(
         with connection_for(self._target(target)) as conn:
             return self.context.queue_engine(conn).get(conn, job_id)
 
-    # ---- monitoring and the dead-job morgue ---------------------------------------------------
+    # ---- monitoring (the dead-job morgue: dbqueue.morgue) ------------------------------------
     def stats(self, target: Target | None = None) -> list[QueueSummary]:
         """Per queue: ``counts`` (the statuses its rows hold), ``by_status`` (every status,
         zeros included; scheduled apart from available), the oldest runnable job's age."""
@@ -361,16 +368,11 @@ class App(
             found = self.context.queue_engine(conn).stats(conn)[0]
         return [QueueSummary.of(stats) for stats in found]
 
-    def dead_jobs(
-        self, queue: str | None = None, limit: int = 100, target: Target | None = None
-    ) -> list[dict[str, Any]]:
-        with connection_for(self._target(target)) as conn:
-            return self.context.queue_engine(conn).dead_jobs(conn, queue, limit)
-
-    def requeue_dead(self, ids: Sequence[int], target: Target | None = None) -> list[int]:
-        """Run dead jobs again from attempt 1; returns the ids that were dead and are requeued."""
-        with connection_for(write_target(self._target(target))) as conn:
-            return self.context.queue_engine(conn).requeue_dead(conn, list(ids))
+    def stats_report(self, target: Target | None = None) -> dict[str, Any]:
+        """What ``/api/v1/stats`` and ``dbqueue stats --json`` return, in Lowkiq's shape:
+        ``{"total": {...}, "by_queue": {queue: {...}}}``, each with ``length`` (waiting jobs),
+        ``morgue_length`` (dead jobs), ``lag`` (seconds) and ``counts`` (every status)."""
+        return stats_report(self.stats(target))
 
     # ---- maintenance --------------------------------------------------------------------------
     def run_maintenance(self, routine: str, *, strategy: str | None = None) -> str:

@@ -33,7 +33,10 @@ ALWAYS = {
     ("subscriptions", "update"): ["--method", "GET"],
 }
 #: Variants of one command that reach the database by different paths.
-VARIANTS = {("migrate",): [[], ["--show"], ["--downgrade"]]}
+VARIANTS = {
+    ("migrate",): [[], ["--show"], ["--downgrade"]],
+    **{("dead", verb): [["999999"], ["--all"]] for verb in ("requeue", "delete")},
+}
 #: On a database without the tables these succeed: they report or create the schema.
 SUCCEED_UNMIGRATED = {("migrate",): "creates the tables", ("migrate", "--show"): "reports none"}
 #: On a database without the tables these succeed, saying there is nothing to do.
@@ -173,7 +176,10 @@ UNKNOWN: dict[tuple[str, ...], list[Unknown]] = {
             migrated=False,
         ),
     ],
-    ("dead", "requeue"): [Unknown(("999999",), ("999999", "not dead", "dbqueue dead list"))],
+    **{
+        ("dead", verb): [Unknown(("999999",), ("999999", "not dead", "dbqueue dead list"))]
+        for verb in ("requeue", "delete")
+    },
     **{
         path: [Unknown(("999999",), ("there is no job 999999", "purged after its retention"))]
         for path in (("result",), ("job", "show"))

@@ -43,6 +43,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.client",
         "dbqueue.eager",
         "dbqueue.monitoring",
+        "dbqueue.morgue",
         "dbqueue.publishing",
         "dbqueue.queues",
         "dbqueue.registration",
