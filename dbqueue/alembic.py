@@ -50,6 +50,7 @@ _VERSION_COLUMNS = frozenset(("version_num",))
 _PERIODIC_COLUMNS = frozenset(("name", "tick", "job_id"))  # since 0004
 _SLOTS_COLUMNS = frozenset(("queue", "slot", "job_id", "taken_at"))  # since 0004
 _CANCELS_COLUMNS = frozenset(("id", "job_id", "requested_at"))  # since 0004
+_WORKERS_COLUMNS = frozenset(("id", "host", "pid", "heartbeat_at", "expires_at"))  # since 0007
 
 
 # ---- autogenerate ----------------------------------------------------------------------------
@@ -68,6 +69,8 @@ def is_dbqueue_table(table: sa.Table) -> bool:
     if table.name.endswith("_slots") and columns >= _SLOTS_COLUMNS:
         return True
     if table.name.endswith("_cancels") and columns >= _CANCELS_COLUMNS:
+        return True
+    if table.name.endswith("_workers") and columns >= _WORKERS_COLUMNS:
         return True
     return table.name.endswith("_alembic") and columns == _VERSION_COLUMNS
 

@@ -26,7 +26,7 @@ from .config import Settings
 from .eager import EagerMode, check_flag
 from .errors import ConfigurationError
 from .job import Status
-from .monitoring import QueueSummary, stats_report
+from .monitoring import QueueSummary, WorkerInfo, stats_report, with_running, worker_infos
 from .morgue import MorgueAPI
 from .pubsub import Subscription, SubscriptionChanges, new_subscription_values
 from .queues import QueueConfiguration
@@ -363,10 +363,26 @@ class App(
     # ---- monitoring (the dead-job morgue: dbqueue.morgue) ------------------------------------
     def stats(self, target: Target | None = None) -> list[QueueSummary]:
         """Per queue: ``counts`` (the statuses its rows hold), ``by_status`` (every status,
-        zeros included; scheduled apart from available), the oldest runnable job's age."""
+        zeros included; scheduled apart from available; ``running`` includes the jobs live
+        workers report running, under every strategy), the oldest runnable job's age."""
         with connection_for(self._target(target)) as conn:
-            found = self.context.queue_engine(conn).stats(conn)[0]
-        return [QueueSummary.of(stats) for stats in found]
+            engine = self.context.queue_engine(conn)
+            found = engine.stats(conn)[0]
+            with self.context.workers_connection(conn) as registry:
+                infos = worker_infos(self.context.queue_engine(registry), registry)
+            return with_running(engine, conn, found, infos)
+
+    def workers(
+        self, *, include_gone: bool = False, target: Target | None = None
+    ) -> list[WorkerInfo]:
+        """The worker processes in the registry of live workers, oldest first; with
+        ``include_gone`` also those whose heartbeat expired (``alive`` False) that maintenance
+        has not deleted yet."""
+        with (
+            connection_for(self._target(target)) as conn,
+            self.context.workers_connection(conn) as registry,
+        ):
+            return worker_infos(self.context.queue_engine(registry), registry, include_gone)
 
     def stats_report(self, target: Target | None = None) -> dict[str, Any]:
         """What ``/api/v1/stats`` and ``dbqueue stats --json`` return, in Lowkiq's shape:

@@ -277,6 +277,26 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
     default=None,
     help="One INFO line per finished job on logger dbqueue.jobs (env DBQUEUE_LOG_JOBS).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    envvar="DBQUEUE_METRICS_PORT",
+    help="Serve this worker's Prometheus metrics on /metrics at this port (dbqueue[metrics]).",
+)
+@click.option(
+    "--metrics-bind",
+    default="0.0.0.0",
+    show_default=True,
+    envvar="DBQUEUE_METRICS_BIND",
+    help="Address the metrics port listens on.",
+)
+@click.option(
+    "--heartbeat-interval",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds between the worker's heartbeats in the registry of live workers.",
+)
 def worker(
     app: App,
     queues: tuple[str, ...],
@@ -289,9 +309,15 @@ def worker(
     purge_limit: int | None,
     wait_notify_interval: float | None,
     server: str | None,
+    metrics_port: int | None,
+    metrics_bind: str,
     **options: Any,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (or --burst / a limit)."""
+    if metrics_port is not None:
+        from . import metrics
+
+        metrics.serve(app, metrics_port, metrics_bind)
     app = app.reconfigured(
         lock_server=server,
         notify_server=server,
@@ -457,6 +483,35 @@ def stats(app: App, as_json: bool) -> None:
         age = "-" if row.oldest_runnable_age is None else f"{row.oldest_runnable_age:.1f}s"
         click.echo(
             f"{row.queue:20} " + " ".join(f"{counts[s]:>10}" for s in STATUS_KEYS) + f"  {age}"
+        )
+
+
+@cli.command()
+@database_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--all", "include_gone", is_flag=True, help="Also workers whose heartbeat expired.")
+def workers(app: App, as_json: bool, include_gone: bool) -> None:
+    """The worker processes in the registry of live workers, and what they run now."""
+    rows = app.workers(include_gone=include_gone)
+    if as_json:
+        click.echo(json.dumps([row.as_dict() for row in rows], indent=2))
+        return
+    if not rows:
+        click.echo("no live workers")
+        return
+    click.echo(
+        f"{'worker':28} {'strategy':13} {'conc':>4} {'running':>7} {'processed':>9} "
+        f"{'failed':>7}  {'heartbeat':19}  queues / jobs"
+    )
+    for row in rows:
+        beat = row.heartbeat_at.strftime("%Y-%m-%d %H:%M:%S")
+        state = "" if row.alive else "  (gone)"
+        jobs = ", ".join(f"{job['id']} {job['task']}" for job in row.jobs[:10])
+        click.echo(
+            f"{row.name:28} {row.strategy:13} {row.concurrency:>4} {row.running:>7} "
+            f"{row.processed:>9} {row.failed:>7}  {beat}  {','.join(row.queues)}"
+            + (f" / {jobs}" if jobs else "")
+            + state
         )
 
 

@@ -111,6 +111,7 @@ COLUMNS: tuple[str, ...] = (
     "started_at",
     "worker_id",
     "awaited",
+    "traceparent",
 )
 
 
@@ -153,6 +154,7 @@ class Job(ItemAccess):
     started_at: dt.datetime | None
     worker_id: str | None
     awaited: bool | None  # a caller waits for this job's end (app.call)
+    traceparent: str | None  # the enqueuer's trace context (dbqueue.tracing)
     # Not a column: set by the worker when a cancel request reaches this job while it runs
     # (when it was asked, the database's UTC time); read through cancel_requested().
     _cancel_requested_at: dt.datetime | None

@@ -212,6 +212,16 @@ class Maintenance:
         return total
 
     def rescue(self, conn: Connection, engine: QueueEngine) -> str:
+        """Retry ``running`` jobs whose worker died, and forget the workers whose heartbeat
+        expired (their rows in the registry of live workers)."""
+        result = self._rescue_jobs(conn, engine)
+        with conn.begin(), self.context.workers_connection(conn) as registry:
+            gone = self.context.queue_engine(registry).forget_gone_workers(registry)
+        if gone:
+            result += f"; forgot {len(gone)} gone worker(s): {', '.join(gone[:20])}"
+        return result
+
+    def _rescue_jobs(self, conn: Connection, engine: QueueEngine) -> str:
         """Retry ``running`` jobs whose worker died: their lock is free for anyone to take."""
         locks = self.strategy.liveness_locks
         with conn.begin():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 
 from .engine import QueueStats
@@ -17,18 +18,28 @@ assert set(STATUS_KEYS) >= set(Status.ALL)
 @dataclasses.dataclass(frozen=True)
 class QueueSummary(QueueStats):
     """One queue's ``QueueStats`` (``counts`` as stored: only the statuses it has, scheduled
-    jobs counted as available) with every status counted, for readers that want no gaps."""
+    jobs counted as available) with every status counted, for readers that want no gaps.
+    ``in_flight``: jobs live workers report running whose rows still say ``available``."""
+
+    in_flight: int = 0
 
     @classmethod
-    def of(cls, stats: QueueStats) -> QueueSummary:
-        return cls(**{f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)})
+    def of(cls, stats: QueueStats, in_flight: int = 0) -> QueueSummary:
+        values = {f.name: getattr(stats, f.name) for f in dataclasses.fields(QueueStats)}
+        return cls(**values, in_flight=in_flight)
+
+    @property
+    def running(self) -> int:
+        """The jobs running now, under every strategy (see ``by_status``)."""
+        return self.by_status["running"]
 
     @property
     def by_status(self) -> dict[str, int]:
         """Every key of STATUS_KEYS (0 when none), then any other status a row holds."""
         counts = {key: self.counts.get(key, 0) for key in STATUS_KEYS}
-        counts["available"] -= self.scheduled
+        counts["available"] -= self.scheduled + self.in_flight
         counts["scheduled"] = self.scheduled
+        counts["running"] += self.in_flight
         counts.update((k, n) for k, n in self.counts.items() if k not in counts)
         return counts
 
@@ -39,6 +50,61 @@ class QueueSummary(QueueStats):
             "counts": self.by_status,
             "oldest_runnable_age": self.oldest_runnable_age,
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """One worker process as the registry of live workers knows it (``app.workers()``).
+
+    ``jobs``: the handlers running at its last heartbeat (id, queue, task, attempt, since);
+    ``processed`` / ``failed``: attempts it finished / of which failed, since it started;
+    ``alive``: its heartbeat has not expired (a gone one is listed only when asked for).
+    """
+
+    id: str
+    name: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    strategy: str
+    started_at: dt.datetime
+    heartbeat_at: dt.datetime
+    expires_at: dt.datetime
+    running: int
+    jobs: list[dict[str, Any]]
+    processed: int
+    failed: int
+    alive: bool
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> WorkerInfo:
+        values = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
+        values["queues"] = list(values["queues"] or [])
+        values["jobs"] = list(values["jobs"] or [])
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: times as ISO 8601 strings (what ``dbqueue workers --json`` prints)."""
+        found = dataclasses.asdict(self)
+        for key in ("started_at", "heartbeat_at", "expires_at"):
+            found[key] = found[key].isoformat() if found[key] is not None else None
+        return found
+
+
+def worker_infos(engine: Any, conn: Any, include_gone: bool = False) -> list[WorkerInfo]:
+    return [WorkerInfo.of(row) for row in engine.worker_rows(conn, include_gone)]
+
+
+def with_running(
+    engine: Any, conn: Any, found: list[QueueStats], workers: list[WorkerInfo]
+) -> list[QueueSummary]:
+    """Queue summaries whose ``running`` also counts the jobs live workers report running while
+    their rows still say ``available`` (claims inside an open transaction: skip_locked,
+    SQLite), taken out of ``available``; under every strategy ``running`` is then what runs."""
+    ids = [job["id"] for info in workers for job in info.jobs]
+    hidden = engine.still_available(conn, ids) if ids else {}
+    return [QueueSummary.of(stats, hidden.get(stats.queue, 0)) for stats in found]
 
 
 def stats_report(summaries: list[QueueSummary]) -> dict[str, Any]:

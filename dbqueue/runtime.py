@@ -9,9 +9,11 @@ nowhere else), the retry policy and the start-up checks. A change of settings is
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -23,12 +25,13 @@ from .config import Settings, redact
 from .engine import QueueEngine
 from .errors import ConfigurationError, DatabaseUnavailableError
 from .identifiers import check_queue_name
+from .instruments import Instruments
 from .maintenance import MaintenanceSettings
 from .migrate import check_schema
 from .policy import RetryPolicy
 from .pubsub import SubscriptionStore
 from .retry import DEFAULT_BASE_INTERVAL, Backoff, linear_backoff
-from .schema import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, TableNames, tables_for
+from .schema import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, TableNames, tables_for, workers_table
 from .tasks import TaskRegistry
 from .wakeup import Notifier
 from .webhooks import DEFAULT_WEBHOOK_TIMEOUT, WebhookHandler, WebhookSender
@@ -41,8 +44,9 @@ class RuntimeContext:
     """One queue's resolved configuration and shared run-time objects.
 
     ``engine``: the user's own Engine, when the App was given one. ``registry`` and
-    ``local_workers`` are shared by every context ``reconfigured`` from this one: the handlers
-    registered on the App, and the workers of this process that an enqueue wakes.
+    ``local_workers`` and ``instruments`` are shared by every context ``reconfigured`` from this
+    one: the handlers registered on the App, the workers of this process that an enqueue wakes,
+    and the metrics and tracing observers.
     """
 
     def __init__(
@@ -54,8 +58,11 @@ class RuntimeContext:
         registry: TaskRegistry | None = None,
         environ: Mapping[str, str] | None = None,
         local_workers: weakref.WeakSet[Any] | None = None,
+        instruments: Instruments | None = None,
     ) -> None:
         self.settings = settings
+        #: Metrics and tracing observers, shared by every context reconfigured from this one.
+        self.instruments = instruments if instruments is not None else Instruments()
         self.names = TableNames.resolve(
             settings.table_prefix,
             settings.schema,
@@ -94,6 +101,7 @@ class RuntimeContext:
         self._lock = threading.Lock()
         self._queue_engines: dict[int, QueueEngine] = {}
         self._cancel_requests: cancellation.RequestStore | None = None
+        self._workers_engine: Engine | bool | None = None
 
     def reconfigured(self, **overrides: Any) -> RuntimeContext:
         """A context whose settings have these overrides (None: unchanged), sharing this one's
@@ -109,6 +117,7 @@ class RuntimeContext:
             registry=self.registry,
             environ=self._environ,
             local_workers=self.local_workers,
+            instruments=self.instruments,
         )
 
     # ---- the database -------------------------------------------------------------------------
@@ -141,7 +150,9 @@ class RuntimeContext:
         key = id(conn.dialect)
         found = self._queue_engines.get(key)
         if found is None or found.dialect.sa_dialect is not conn.dialect:
-            found = QueueEngine(self.tables, dialects.for_sqlalchemy(conn.dialect))
+            found = QueueEngine(
+                self.tables, dialects.for_sqlalchemy(conn.dialect), self.instruments
+            )
             self._queue_engines[key] = found
         return found
 
@@ -151,6 +162,34 @@ class RuntimeContext:
             if self._cancel_requests is None:
                 self._cancel_requests = cancellation.request_store(self)
             return self._cancel_requests
+
+    def workers_side_engine(self) -> Engine | None:
+        """Where the registry of live workers is kept when not beside the jobs: the database's
+        side file (SQLite), as a batch holds the database's one write lock for as long as its
+        handlers run and a heartbeat must not wait for it. None: the queue's own database."""
+        with self._lock:
+            if self._workers_engine is None:
+                side = self.dialect_class().side_database_url(sa.engine.make_url(self.url))
+                self._workers_engine = False
+                if side is not None:
+                    names = dataclasses.replace(self.names, schema=None)
+                    table = workers_table(sa.MetaData(), names)
+                    engine = dialects.create_engine(side, pool_size=1, max_overflow=4)
+                    with engine.begin() as conn:
+                        conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
+                    self._workers_engine = engine
+            return self._workers_engine or None
+
+    @contextlib.contextmanager
+    def workers_connection(self, conn: Connection) -> Iterator[Connection]:
+        """A connection to the registry of live workers: ``conn`` itself, or one to the side
+        database (in a transaction of its own) where the registry is kept there."""
+        side = self.workers_side_engine()
+        if side is None:
+            yield conn
+            return
+        with side.begin() as own:
+            yield own
 
     def check_database(self, engine: Engine) -> dialects.Dialect:
         """Start-up checks: the server answers, suits dbqueue, and has the tables at the

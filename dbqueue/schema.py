@@ -22,6 +22,7 @@ DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 50
 DEFAULT_MAX_ATTEMPTS = 100  # the seed's QUEUE_MAX_RETRY
 MAX_MESSAGE_CHARS = 10_000
+MAX_TRACEPARENT = 128  # a W3C traceparent is 55 characters
 HTTP_METHODS = ("GET", "POST", "PUT")  # what a webhook subscription may use (the seed's)
 DEFAULT_HTTP_METHOD = "POST"
 
@@ -90,6 +91,11 @@ class TableNames:
         return f"{self.jobs}_cancels"
 
     @property
+    def workers(self) -> str:
+        """The registry of live workers: one row per worker process, heartbeated."""
+        return f"{self.jobs}_workers"
+
+    @property
     def all(self) -> tuple[str, ...]:
         """Every queue table's name (not Alembic's version table)."""
         return (
@@ -99,6 +105,7 @@ class TableNames:
             self.periodic,
             self.slots,
             self.cancels,
+            self.workers,
         )
 
     @property
@@ -120,6 +127,7 @@ class QueueTables:
     periodic: sa.Table
     slots: sa.Table
     cancels: sa.Table
+    workers: sa.Table
 
 
 def _timestamp(name: str, *, server_now: bool = False, nullable: bool = True) -> sa.Column:
@@ -193,6 +201,8 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         sa.Column("result", Payload(), nullable=True),  # the handler's return value, as JSON
         sa.Column("awaited", sa.Boolean(), nullable=True),  # a caller waits (app.call)
         _timestamp("cancel_requested_at"),  # a cancel asked of a running job
+        # The enqueuer's W3C trace context (dbqueue.tracing): links the job's span to it.
+        sa.Column("traceparent", sa.String(MAX_TRACEPARENT), nullable=True),
         schema=names.schema,
         **_table_kwargs("jobs"),
     )
@@ -306,6 +316,33 @@ def cancels_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
     return table
 
 
+def workers_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
+    """The registry of worker processes: each inserts its row at start, heartbeats it every few
+    seconds from a thread of its own (what it runs now, its counters) and deletes it at exit.
+    A row whose ``expires_at`` has passed is a worker gone without a word; maintenance deletes
+    it. A string key and nothing else, so it suits SingleStore too."""
+    return sa.Table(
+        names.workers,
+        metadata,
+        sa.Column("id", sa.String(64), primary_key=True, autoincrement=False),
+        sa.Column("name", sa.String(255), nullable=False),
+        sa.Column("host", sa.String(255), nullable=False),
+        sa.Column("pid", sa.Integer(), nullable=False),
+        sa.Column("queues", Payload(), nullable=True),  # JSON list of queue names
+        sa.Column("concurrency", sa.Integer(), nullable=False),
+        sa.Column("strategy", sa.String(32), nullable=False),
+        _timestamp("started_at", server_now=True, nullable=False),
+        _timestamp("heartbeat_at", server_now=True, nullable=False),
+        _timestamp("expires_at", nullable=False),
+        sa.Column("running", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("jobs", Payload(), nullable=True),  # JSON list: {id, queue, task, since}
+        sa.Column("processed", sa.BigInteger(), nullable=False, server_default="0"),
+        sa.Column("failed", sa.BigInteger(), nullable=False, server_default="0"),
+        schema=names.schema,
+        **_table_kwargs("workers"),
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def tables_for(names: TableNames) -> QueueTables:
     metadata = sa.MetaData()
@@ -318,4 +355,5 @@ def tables_for(names: TableNames) -> QueueTables:
         periodic=periodic_table(metadata, names),
         slots=slots_table(metadata, names),
         cancels=cancels_table(metadata, names),
+        workers=workers_table(metadata, names),
     )

@@ -8,8 +8,8 @@ database's name.
 
 The engine is one interface made of small parts, each a class on the shared EngineBase (tables,
 dialect, statement cache): inserts, claims, outcomes, queries, housekeeping, cancels,
-periodic ticks, queue-limit slots. They are combined by inheritance rather than delegation so
-that a hot-path call costs what it did in one class.
+periodic ticks, queue-limit slots, the workers registry. They are combined by inheritance
+rather than delegation so that a hot-path call costs what it did in one class.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from .periodic import PeriodicTicks
 from .queries import Queries
 from .records import FailResult, NewJob, QueueStats, truncate
 from .slots import Slots
+from .workers import WorkerRows
 
 __all__ = ["CancelRequestRows", "FailResult", "NewJob", "QueueEngine", "QueueStats", "truncate"]
 
 
-class QueueEngine(Outcomes, Inserts, Claims, Queries, Housekeeping, Cancels, PeriodicTicks, Slots):
+class QueueEngine(
+    Outcomes, Inserts, Claims, Queries, Housekeeping, Cancels, PeriodicTicks, Slots, WorkerRows
+):
     """Every job-lifecycle statement on one set of queue tables of one database."""

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 from ..compiled import CompiledStatement
 from ..dialects import Dialect
 from ..errors import SchemaMissingError
+from ..instruments import Instruments
 from ..job import ROW_FIELDS
 from ..results import finished_notice
 from ..schema import QueueTables
@@ -24,9 +25,13 @@ _JOB_COLUMNS = ROW_FIELDS[:-1]
 class EngineBase:
     """State and helpers of one QueueEngine; each part of the engine extends it."""
 
-    def __init__(self, tables: QueueTables, dialect: Dialect) -> None:
+    def __init__(
+        self, tables: QueueTables, dialect: Dialect, instruments: Instruments | None = None
+    ) -> None:
         self.tables = tables
         self.dialect = dialect
+        #: Metrics and tracing observers (dbqueue.instruments); empty unless turned on.
+        self.instruments = instruments if instruments is not None else Instruments()
         self.jobs = tables.jobs
         self._job_columns = [self.jobs.c[name] for name in _JOB_COLUMNS]
         self._claim_order = dialect.claim_order(self.jobs)

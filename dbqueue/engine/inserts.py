@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..instruments import observed_insert
 from ..job import Status
 from .base import EngineBase
 from .records import NewJob, truncate
@@ -45,6 +46,13 @@ class Inserts(EngineBase):
         return self.statement(f"insert:{timing}", build)
 
     def insert(self, conn: Connection, job: NewJob) -> int:
+        if self.instruments.enqueue:  # metrics or tracing: count it, give it a producer span
+            return observed_insert(
+                self.instruments.enqueue, [job], lambda: [self._insert(conn, job)]
+            )[0]
+        return self._insert(conn, job)
+
+    def _insert(self, conn: Connection, job: NewJob) -> int:
         row = job.values()
         timing = job.timing
         if timing == "delay":
@@ -106,6 +114,13 @@ class Inserts(EngineBase):
         SQLAlchemy's own ``sort_by_parameter_order`` would fall back to one INSERT per row on
         SQLite, which is what this method exists to avoid.
         """
+        if self.instruments.enqueue:
+            return observed_insert(
+                self.instruments.enqueue, jobs, lambda: self._insert_many(conn, jobs, need_ids)
+            )
+        return self._insert_many(conn, jobs, need_ids)
+
+    def _insert_many(self, conn: Connection, jobs: Sequence[NewJob], need_ids: bool) -> list[int]:
         groups: dict[str, list[int]] = {}
         for index, job in enumerate(jobs):
             groups.setdefault(job.timing, []).append(index)
@@ -116,7 +131,7 @@ class Inserts(EngineBase):
             and conn.dialect.insert_executemany_returning
         )
         if need_ids and not returning:
-            return [self.insert(conn, job) for job in jobs]
+            return [self._insert(conn, job) for job in jobs]
         for timing, indexes in groups.items():
             rows = [jobs[i].values() for i in indexes]
             if timing != "delay" and returning and len(rows) > 1:

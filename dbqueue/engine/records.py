@@ -39,6 +39,8 @@ class NewJob:
     live_id: int | None = None
     #: A caller waits for the job's end (``app.call``): the worker announces it.
     awaited: bool = False
+    #: The enqueuer's W3C trace context (set by dbqueue.tracing, else None: not sent).
+    traceparent: str | None = None
 
     def values(self) -> dict[str, Any]:
         """Column values: the always-set columns and the optional ones this job sets."""

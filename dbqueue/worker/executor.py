@@ -159,7 +159,8 @@ class BatchExecutor:
         self.default_timeout = default_timeout
         #: With ``log_jobs``: notes each run, logs it once committed. Without, no cost per job.
         self.job_log = job_log
-        self.run_job = self.run_one if job_log is None else job_log.timed(self.run_one)
+        run_one = context.instruments.wrap_run(self.run_one)  # tracing: a span per job
+        self.run_job = run_one if job_log is None else job_log.timed(run_one)
         #: Awaited jobs (app.call) whose end is pushed after the commit (the lock server).
         self.finished = FinishedJobs(notifier, context.names.qualified_jobs)
 

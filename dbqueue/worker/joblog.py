@@ -15,9 +15,10 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..instruments import FinishedObserver
 from ..job import Job
 
 if TYPE_CHECKING:
@@ -35,10 +36,18 @@ BACKLOG = 1000
 
 
 class JobLogWriter:
-    """The worker's writer thread: makes and writes the records of committed batches."""
+    """The worker's writer thread: makes and writes the records of committed batches, and
+    hands each finished job to the observers (metrics: ``dbqueue.instruments``)."""
 
-    def __init__(self, policy: RetryPolicy) -> None:
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        observers: Sequence[FinishedObserver] = (),
+        log_jobs: bool = True,
+    ) -> None:
         self._policy = policy
+        self._observers = tuple(observers)
+        self._log_jobs = log_jobs
         self._batches: queue.Queue[list[Finished] | None] = queue.Queue(BACKLOG)
         self._thread = threading.Thread(target=self._run, name="dbqueue-job-log", daemon=True)
 
@@ -56,17 +65,24 @@ class JobLogWriter:
 
     def _run(self) -> None:
         while (batch := self._batches.get()) is not None:
-            if log.isEnabledFor(logging.INFO):
-                for job, result, seconds in batch:
-                    self._emit(job, result, seconds)
+            logging_on = self._log_jobs and log.isEnabledFor(logging.INFO)
+            for job, result, seconds in batch:
+                outcome = self._outcome(job, result)
+                if logging_on:
+                    self._emit(job, outcome, seconds)
+                for observer in self._observers:
+                    try:
+                        observer(job, outcome, seconds)
+                    except Exception:  # an observer's bug must not stop the log or the others
+                        log.debug("finished-job observer %r failed", observer, exc_info=True)
 
-    def _emit(self, job: Job, result: Any, seconds: float) -> None:
+    def _outcome(self, job: Job, result: Any) -> str:
         if result.ok:
-            outcome = "succeeded"
-        else:  # a job stopped by a cancel request knows it was asked
-            outcome = (
-                "cancelled" if job.cancel_requested() else self._failure(job, result.requested)
-            )
+            return "succeeded"
+        # a job stopped by a cancel request knows it was asked
+        return "cancelled" if job.cancel_requested() else self._failure(job, result.requested)
+
+    def _emit(self, job: Job, outcome: str, seconds: float) -> None:
         duration_ms = round(seconds * 1000, 3)
         fields = {
             "task": job.task,

@@ -24,6 +24,7 @@ from ..runtime import RuntimeContext
 from ..wakeup import Notifier, WakeSignal
 from ..wakeups import CommitWaker
 from .cancels import CancelPoller
+from .heartbeat import DEFAULT_HEARTBEAT_INTERVAL, Heartbeat
 from .joblog import JobLogWriter
 from .loop import ClaimLoop
 from .process import SignalHandlers, positive_int, positive_seconds
@@ -89,7 +90,9 @@ class Worker(ClaimLoop, AbandonedThreads):
         periodic: enqueue the ticks of the App's periodic schedules (one thread; each tick
         exactly once across workers; not in burst mode). queue_limits: queue → N, at most N
         jobs of that queue running at once across all workers (added to the App's
-        ``app.queue(name, concurrency=N)``, and winning over them).
+        ``app.queue(name, concurrency=N)``, and winning over them). heartbeat_interval:
+        seconds between the updates of the worker's row in the registry of live workers
+        (``app.workers()``, ``dbqueue workers``); the row expires after four missed ones.
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class Worker(ClaimLoop, AbandonedThreads):
         cancel_notice: float = CANCEL_NOTICE,
         log_jobs: bool | None = None,
         queue_limits: Mapping[str, int] | None = None,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
     ) -> None:
         base = app if isinstance(app, RuntimeContext) else app.context
         self.context = base.reconfigured(
@@ -142,6 +146,8 @@ class Worker(ClaimLoop, AbandonedThreads):
         self.timeout_grace = positive_seconds("timeout_grace", timeout_grace)
         self.cancel_notice = positive_seconds("cancel_notice", cancel_notice)
         self.log_jobs = self.settings.log_jobs if log_jobs is None else bool(log_jobs)
+        self.heartbeat_interval = positive_seconds("heartbeat_interval", heartbeat_interval)
+        self.heartbeat: Heartbeat | None = None
         self.job_log_writer: JobLogWriter | None = None
         self.watchdog: Watchdog | None = None
         self.cancel_poller: CancelPoller | None = None
@@ -215,8 +221,9 @@ class Worker(ClaimLoop, AbandonedThreads):
 
     def _start_up(self) -> None:
         assert self._engine is not None
-        if self.log_jobs:
-            self.job_log_writer = JobLogWriter(self.context.retry_policy)
+        observers = self.context.instruments.finished
+        if self.log_jobs or observers:  # else the executor times nothing
+            self.job_log_writer = JobLogWriter(self.context.retry_policy, observers, self.log_jobs)
             self.job_log_writer.start()
         dialect = self.context.check_database(self._engine)
         self.strategy = self.context.open_strategy(dialect)
@@ -253,6 +260,7 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.maintenance.start()
         if self.run_periodic:
             self._start_scheduler()
+        self._start_heartbeat()
         log.info(
             "worker %s on %s: strategy %s, queues %s, concurrency %d, %s",
             self.name,
@@ -262,6 +270,26 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.concurrency,
             "push wake-ups" if self.notifier.pushes else "polling",
         )
+
+    def _start_heartbeat(self) -> None:
+        """The worker's row in the registry of live workers, beaten by a thread of its own."""
+        assert self._engine is not None and self.strategy is not None
+        identity = {
+            "name": self.name[:255],
+            "queues": list(self.queues),
+            "concurrency": self.concurrency,
+            "strategy": self.strategy.name,
+        }
+        summary = self.summary
+        self.heartbeat = Heartbeat(
+            self.context,
+            self._engine,
+            identity,
+            lambda: self.watchdog.running() if self.watchdog is not None else [],
+            lambda: (summary.processed, summary.failed),
+            self.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL,
+        )
+        self.heartbeat.start()
 
     def _start_scheduler(self) -> None:
         """The periodic-jobs thread, when the App declares schedules (a schedule whose task
@@ -327,6 +355,8 @@ class Worker(ClaimLoop, AbandonedThreads):
         return thread
 
     def _shut_down(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()  # the row goes: this worker runs nothing any more
         if self.job_log_writer is not None:
             self.job_log_writer.stop()  # the threads have ended: write their last records
         if self.cancel_poller is not None:

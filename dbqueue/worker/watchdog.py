@@ -170,6 +170,17 @@ class Watchdog:
                 slot.deadline = math.inf
             return slot.fired
 
+    # ---- called by the heartbeat ----------------------------------------------------------------
+    def running(self) -> list[tuple[Job, float]]:
+        """The jobs whose handlers run now, with how many seconds each has run."""
+        with self._cond:
+            now = time.monotonic()
+            return [
+                (slot.job, now - slot.since)
+                for slot in self._slots
+                if slot.armed and slot.job is not None and not slot.abandoned
+            ]
+
     # ---- called by the cancel poller ----------------------------------------------------------
     def running_longer_than(self, seconds: float) -> list[int]:
         """Ids of the jobs whose cancel requests are worth a query: those of every batch whose

@@ -230,10 +230,16 @@ class Backend:
             if requests.separate:  # SQLite's side file of cancel requests
                 with requests.engine().begin() as conn:
                     conn.execute(requests.table.delete())
+            side = app.context.workers_side_engine()
+            if side is not None:  # SQLite's side file of the registry of live workers
+                with side.begin() as conn:
+                    conn.execute(app.tables.workers.delete())
+                side.dispose()
             with engine.begin() as conn:
                 conn.execute(sa.text(f"DELETE FROM {self.prefix}jobs"))
                 conn.execute(sa.text(f"DELETE FROM {self.prefix}subscriptions"))
                 conn.execute(app.tables.cancels.delete())
+                conn.execute(app.tables.workers.delete())
                 conn.execute(effects.delete())
                 conn.execute(
                     maintenance.update().values(
