@@ -24,12 +24,13 @@ from dbqueue.cli import cli
 
 #: Commands that run until stopped: run as processes, so a check that lets one through fails
 #: the test instead of hanging it.
-SERVING = {("server",)}
+SERVING = {("server",), ("dashboard",)}
 #: Arguments a command needs to get as far as the database: not to serve, not to collide with
 #: other servers, something to change.
 ALWAYS = {
     ("worker",): ["--burst"],
     ("server",): ["--port", "0", "--notify-port", "0"],
+    ("dashboard",): ["--port", "0"],
     ("subscriptions", "update"): ["--method", "GET"],
 }
 #: Variants of one command that reach the database by different paths.
