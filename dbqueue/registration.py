@@ -11,13 +11,14 @@ from .client import _check_int
 from .errors import ConfigurationError
 from .identifiers import check_subscription_id
 from .retry import Backoff, linear_backoff
-from .tasks import Handler, TaskDefinition
+from .tasks import BatchOptions, Handler, TaskDefinition
 
 if TYPE_CHECKING:
     from .runtime import RuntimeContext
 
 #: A decorated handler keeps its own signature for type checkers.
 H = TypeVar("H", bound=Handler)
+M = TypeVar("M", bound=Callable[..., Any])
 
 
 class HandlerOptions(TypedDict, total=False):
@@ -86,6 +87,62 @@ class HandlerRegistration:
 
         return register
 
+    def batch_task(
+        self,
+        name: str | None = None,
+        *,
+        max_size: int = 100,
+        max_wait: float = 1.0,
+        timeout: float | None = None,
+        **options: Unpack[HandlerOptions],
+    ) -> Callable[[H], H]:
+        """Register ``handler(jobs, session)`` for a task whose jobs run in batches.
+
+        A worker that claims a job of this task gathers up to ``max_size`` runnable jobs of it
+        (same queue), waiting at most ``max_wait`` seconds after the first for more, and calls
+        the handler once with the list. It may return a mapping of job id → exception to fail
+        only those jobs; the others succeed, in the same transaction as the handler's writes.
+        An exception raised fails every job of the batch (each by its own retry rules).
+        ``timeout`` covers the whole call; the other options are those of ``task``.
+        """
+        batch = _batch_options(max_size, max_wait)
+        _definition("batch_task", name or "-", _no_handler, options)  # options checked now
+
+        def register(handler: H) -> H:
+            definition = _definition(
+                "batch_task",
+                name or handler.__name__,
+                handler,
+                options,
+                timeout=timeout,
+                batch=batch,
+            )
+            self.context.registry.register(definition)
+            return handler
+
+        return register
+
+    # ---- middlewares and the workers' hooks ---------------------------------------------------
+    def middleware(self, fn: M) -> M:
+        """Run ``fn(job, call_next)`` around every handler (the first registered outermost);
+        ``call_next()`` runs the rest and returns the handler's value. A batch handler's
+        middlewares get the list of its jobs instead of one job."""
+        return self.context.registry.hooks.add("middlewares", fn)  # type: ignore[no-any-return]
+
+    def on_worker_start(self, fn: M) -> M:
+        """Run ``fn(worker)`` in each worker once it is set up, before it claims anything; an
+        exception stops the worker from starting."""
+        return self.context.registry.hooks.add("on_start", fn)  # type: ignore[no-any-return]
+
+    def on_worker_stop(self, fn: M) -> M:
+        """Run ``fn(worker)`` when a worker that started stops, after its last job."""
+        return self.context.registry.hooks.add("on_stop", fn)  # type: ignore[no-any-return]
+
+    def on_worker_error(self, fn: M) -> M:
+        """Run ``fn(exc, worker)`` for an error that escaped every handler: the worker loop's
+        (database gone, a bug), a worker thread's, a start or stop hook's, a fatal one."""
+        return self.context.registry.hooks.add("on_error", fn)  # type: ignore[no-any-return]
+
     def dead_handler(self, task: str) -> Callable[[H], H]:
         """Register ``handler(job, session)`` to run on a task's dead-letter jobs
         (``job.dead`` is True and ``job.live_id`` is the id of the job that died)."""
@@ -133,6 +190,20 @@ class HandlerRegistration:
             return handler
 
         return register
+
+
+def _batch_options(max_size: Any, max_wait: Any) -> BatchOptions:
+    if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
+        raise ConfigurationError(
+            f"batch_task: max_size={max_size!r} must be a whole number of at least 1 (the most "
+            "jobs one call of the handler gets)"
+        )
+    if isinstance(max_wait, bool) or not isinstance(max_wait, (int, float)) or max_wait < 0:
+        raise ConfigurationError(
+            f"batch_task: max_wait={max_wait!r} must be a number of seconds, 0 or more (how "
+            "long a worker waits for more jobs after the first)"
+        )
+    return BatchOptions(max_size, float(max_wait))
 
 
 def _no_handler(job: Any, session: Any) -> None:

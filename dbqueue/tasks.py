@@ -10,12 +10,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigurationError, UnknownTaskError
+from .hooks import WorkerHooks
 from .identifiers import check_queue_name, check_subscription_id, check_task_name
 from .job import Job
 from .periodic import ScheduleBook
 from .retry import Backoff
 
 Handler = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """A batch task's (``@app.batch_task``): its handler gets up to ``max_size`` jobs at once;
+    a worker that claimed some waits up to ``max_wait`` seconds for more."""
+
+    max_size: int
+    max_wait: float
 
 
 @dataclass
@@ -33,6 +43,8 @@ class TaskDefinition:
     #: For a subscriber: the subscription id it handles (``name`` is then the topic, or ``*``
     #: for "any topic", as the seed's ``@Subscriber(id)`` registers).
     subscription_id: str | None = None
+    #: For a batch task: its handler is ``handler(jobs, session)``.
+    batch: BatchOptions | None = None
 
 
 ANY_TOPIC = "*"
@@ -54,6 +66,10 @@ class TaskRegistry:
         self.schedules = ScheduleBook()
         #: queue → how many of its jobs may run at once across all workers (``app.queue``).
         self.queue_limits: dict[str, int] = {}
+        #: Middlewares around every handler, and the workers' start/stop/error hooks.
+        self.hooks = WorkerHooks()
+        #: Whether any task takes its jobs in batches (else no job needs looking at for it).
+        self.has_batches = False
 
     # ---- tasks ----------------------------------------------------------------------------
     def register(self, definition: TaskDefinition) -> TaskDefinition:
@@ -68,6 +84,7 @@ class TaskRegistry:
         if existing is not None:
             _merge(existing, definition)
         self._tasks[definition.name] = definition
+        self.has_batches = self.has_batches or definition.batch is not None
         return definition
 
     def add_dead_handler(self, name: str, handler: Handler) -> None:
@@ -208,6 +225,14 @@ class TaskRegistry:
             f"{job.task!r} in this worker: add @app.subscriber({job.task!r}, "
             f"{job.subscription_id!r}), or give the subscription a webhook url"
         )
+
+    def batch_of(self, job: Job) -> BatchOptions | None:
+        """The batch options of the job's task, if its handler takes jobs in batches (a
+        dead-letter job runs its dead handler alone, a delivery its subscriber's code)."""
+        if not self.has_batches or job.dead or job.subscription_id is not None:
+            return None
+        definition = self._tasks.get(job.task)
+        return definition.batch if definition is not None and definition.handler else None
 
     def has_dead_handler(self, job: Job) -> bool:
         if job.subscription_id is not None:

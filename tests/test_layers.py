@@ -72,6 +72,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.pubsub",
         "dbqueue.webhooks",
         "dbqueue.tasks",
+        "dbqueue.hooks",
         "dbqueue.policy",
     ),
     # strategies: how a claim is made exclusive (skip_locked, advisory locks, lock server client).

@@ -39,6 +39,18 @@ class Claims(EngineBase):
             .limit(sa.bindparam("limit", type_=sa.Integer()))
         )
 
+    def runnable_of_task(
+        self, queue: str, task: str, limit: int, exclude: Sequence[int] = ()
+    ) -> sa.Select:
+        """``runnable()`` narrowed to one task, leaving out the jobs this transaction already
+        holds (a lock never hides a row from its own holder): a batch handler's gathering
+        (run with ``fetch_waiting``; strategies add their locking as to ``runnable()``)."""
+        j = self.jobs
+        stmt = self._build_runnable().where(j.c.task == task)
+        if exclude:
+            stmt = stmt.where(j.c.id.not_in(list(exclude)))
+        return stmt.params(queue=queue, limit=limit)
+
     def _claim_columns(self) -> list[sa.ColumnElement]:
         return [
             self.dialect.payload_read(column) if column.name == "payload" else column
@@ -46,7 +58,12 @@ class Claims(EngineBase):
         ]
 
     def fetch_jobs(
-        self, conn: Connection, stmt: sa.Select, queue: str, limit: int, attempt_increment: int
+        self,
+        conn: Connection,
+        stmt: sa.Select,
+        queue: str,
+        limit: int,
+        attempt_increment: int,
     ) -> list[Job]:
         """Execute a claim built on ``runnable()`` and turn its rows into Jobs.
 
@@ -102,15 +119,20 @@ class Claims(EngineBase):
                 found += 1
         return found
 
-    def candidate_ids(self, conn: Connection, queue: str, limit: int, offset: int = 0) -> list[int]:
-        """Ids of runnable jobs in claim order, without locking (lock-based strategies)."""
+    def candidate_ids(
+        self, conn: Connection, queue: str, limit: int, offset: int = 0, task: str | None = None
+    ) -> list[int]:
+        """Ids of runnable jobs in claim order, without locking (lock-based strategies);
+        ``task``: of that task only (a batch handler's gathering)."""
         j = self.jobs
+        of_task = [] if task is None else [j.c.task == task]
         stmt = (
             sa.select(j.c.id)
             .where(
                 j.c.status == Status.AVAILABLE,
                 j.c.queue == queue,
                 j.c.run_at <= self.dialect.now(),
+                *of_task,
             )
             .order_by(*self._claim_order)
             .limit(limit)

@@ -68,6 +68,19 @@ class LockClaimStrategy(ClaimStrategy):
         the claim's transaction, for monitoring. One slot, so one job."""
         return self._claim(conn, engine, queue, 1, worker_id, slots)
 
+    def claim_task(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        task: str,
+        limit: int,
+        worker_id: str,
+        exclude: list[Job],
+    ) -> list[Job]:
+        """The jobs already claimed are committed ``running``: no candidate list has them."""
+        return self._claim(conn, engine, queue, limit, worker_id, None, task) or []
+
     def _claim(
         self,
         conn: Connection,
@@ -76,6 +89,7 @@ class LockClaimStrategy(ClaimStrategy):
         limit: int,
         worker_id: str,
         slots: int | None,
+        task: str | None = None,
     ) -> list[Job] | None:
         namespace = engine.tables.names.qualified_jobs
         held: list[str] = []
@@ -87,7 +101,9 @@ class LockClaimStrategy(ClaimStrategy):
                     if slot is None:
                         return None
                     held.append(slot[1])
-                keep, names = self._lock_candidates(conn, engine, queue, limit, namespace, held)
+                keep, names = self._lock_candidates(
+                    conn, engine, queue, limit, namespace, held, task
+                )
                 jobs = engine.claim_ids(conn, keep, worker_id) if keep else []
                 if slot is not None and jobs:
                     engine.record_slot(conn, queue, slot[0], jobs[0].id, worker_id)
@@ -115,12 +131,13 @@ class LockClaimStrategy(ClaimStrategy):
         limit: int,
         namespace: str,
         held: list[str],
+        task: str | None = None,
     ) -> tuple[list[int], dict[int, str]]:
         """Lock up to ``limit`` runnable jobs; their ids, and the lock names by id. ``held``
         gets the names of the locks held, so that a failure can let go of them."""
         wanted = min(limit * OVERFETCH, MAX_CANDIDATES)
         for page in range(PAGES):
-            ids = engine.candidate_ids(conn, queue, wanted, offset=page * wanted)
+            ids = engine.candidate_ids(conn, queue, wanted, offset=page * wanted, task=task)
             if not ids:
                 return [], {}
             names = {job_id: job_lock_name(namespace, job_id) for job_id in ids}

@@ -74,6 +74,25 @@ class ClaimStrategy(abc.ABC):
         the way ``claim`` is (so a worker cannot take them too): eager mode runs a job by id
         when its enqueue commits. Same transaction rules as ``claim``."""
 
+    @abc.abstractmethod
+    def claim_task(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        task: str,
+        limit: int,
+        worker_id: str,
+        exclude: list[Job],
+    ) -> list[Job]:
+        """Claim up to ``limit`` more runnable jobs of one task of ``queue`` (a batch
+        handler's gathering), besides ``exclude``, the jobs this worker thread already claimed.
+        Same transaction rules as ``claim``."""
+
+    #: Whether a worker may wait, holding its claim, for more jobs of a batch task. False where
+    #: the claim holds the database's single write lock: the enqueues waited for would wait too.
+    waits_holding_claims: ClassVar[bool] = True
+
     def release(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
         """Give up whatever external locks the claim took (after the batch committed)."""
 

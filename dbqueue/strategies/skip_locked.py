@@ -62,6 +62,20 @@ class SkipLockedStrategy(ClaimStrategy):
             return None
         return self.claim(conn, engine, queue, 1, worker_id)
 
+    def claim_task(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        task: str,
+        limit: int,
+        worker_id: str,
+        exclude: list[Job],
+    ) -> list[Job]:
+        ids = [job.id for job in exclude]
+        stmt = engine.runnable_of_task(queue, task, limit, ids).with_for_update(skip_locked=True)
+        return engine.fetch_waiting(conn, stmt, self.attempt_increment)
+
     def claim_ids(
         self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
     ) -> list[Job]:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 class SQLiteStrategy(ClaimStrategy):
     name = "sqlite"
     claims_in_transaction = True
+    # The claim holds the one write lock: waiting with it would hold up every enqueue.
+    waits_holding_claims = False
 
     @classmethod
     def check_supported(cls, dialect: Dialect) -> None:
@@ -53,6 +55,19 @@ class SQLiteStrategy(ClaimStrategy):
         jobs one after another — at most one job of any queue runs at once, within every limit.
         A killed worker's lock vanishes with its process."""
         return self.claim(conn, engine, queue, limit, worker_id)
+
+    def claim_task(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        task: str,
+        limit: int,
+        worker_id: str,
+        exclude: list[Job],
+    ) -> list[Job]:
+        stmt = engine.runnable_of_task(queue, task, limit, [job.id for job in exclude])
+        return engine.fetch_waiting(conn, stmt, self.attempt_increment)
 
     def claim_ids(
         self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str

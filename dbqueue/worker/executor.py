@@ -12,9 +12,7 @@ the handlers' writes, and the job is given back — it runs once, never twice.
 
 from __future__ import annotations
 
-import inspect
 import logging
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,25 +20,18 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from ..engine import QueueEngine
-from ..errors import (
-    AttemptFailed,
-    DbqueueError,
-    Discard,
-    JobCancelledError,
-    JobTimeoutError,
-    Retry,
-)
-from ..job import Job, MalformedPayload
-from ..results import encode_result
+from ..errors import DbqueueError
+from ..job import Job
 from ..retry import BACKOFF, Requested
 from ..runtime import RuntimeContext
 from ..strategies import ClaimStrategy
-from ..tasks import Handler
 from ..wakeup import Notifier
+from .batches import units
 from .finished import FinishedJobs
+from .handlers import HandlerCalls, Outcome
 from .joblog import JobLog
 from .session import JobSession
-from .watchdog import Abandoned, HandlerCancelled, HandlerTimeout, Slot, Watchdog
+from .watchdog import Slot, Watchdog
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -53,24 +44,6 @@ class BatchResult:
     cancelled: int = 0
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What running one job's handler produced. ``value``: what a success stores (None, the
-    result's JSON, or a Message); ``message``: a failure's; ``requested``: the retry a failure
-    asks for (the backoff rule; None: dead now, the handler raised Discard; seconds: Retry)."""
-
-    ok: bool
-    message: str | None = None
-    value: str | None = None
-    requested: Requested = BACKOFF
-    #: The job was cancelled on request: recorded ``cancelled``, not as a failed attempt.
-    cancelled: bool = False
-
-
-#: A handler that returned None: the common case, one shared object.
-SUCCEEDED = Outcome(True)
-
-
 @dataclass
 class _Ran:
     """What running a batch's handlers produced, before the successes are written."""
@@ -78,6 +51,8 @@ class _Ran:
     result: BatchResult = field(default_factory=BatchResult)
     done: list[tuple[Job, str | None]] = field(default_factory=list)  # (job, stored value)
     started: list[Job] = field(default_factory=list)
+    #: Never started (the worker is stopping), or given back by their batch: as if unclaimed.
+    unstarted: list[Job] = field(default_factory=list)
     changed: int = 0  # rows the failures' UPDATEs changed
 
 
@@ -88,48 +63,12 @@ class ClaimLostError(DbqueueError):
 class _HandlerFailed(Exception):
     """Without savepoints a failed handler's writes go only with the whole transaction."""
 
-    def __init__(self, outcome: Outcome) -> None:
-        super().__init__(outcome.message)
-        self.outcome = outcome
+    def __init__(self, outcomes: list[Outcome]) -> None:
+        super().__init__(outcomes[0].message)
+        self.outcomes = outcomes
 
 
-class _Cancelled(JobCancelledError):
-    """The job's cancel request was delivered: whatever its handler did, it ends cancelled."""
-
-
-def describe_failure(exc: BaseException) -> str:
-    """What the job's message column records: the exception, then where it came from."""
-    head = f"{type(exc).__name__}: {exc}".rstrip(": ")
-    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=20))
-    return f"{head}\n{trace}"
-
-
-def asked_for(exc: Discard | Retry) -> Outcome:
-    """The failed attempt a handler's Discard (dead now) or Retry (again in exactly that many
-    seconds) stands for; its message starts the way the handler raised it."""
-    if isinstance(exc, Discard):
-        return Outcome(
-            False, f"Discard: {exc.reason or 'the handler discarded the job'}", None, None
-        )
-    reason = f": {exc.reason}" if exc.reason else ""
-    return Outcome(False, f"Retry(in_seconds={exc.in_seconds:g}){reason}", None, exc.in_seconds)
-
-
-def cancel_message(job: Job, ran: bool = True) -> str:
-    asked = job._cancel_requested_at
-    when = f" (asked at {asked:%Y-%m-%d %H:%M:%S} UTC)" if asked is not None else ""
-    return f"cancelled on request{when} {'while running' if ran else 'before its handler started'}"
-
-
-def timeout_message(job: Job, timeout: float) -> str:
-    return (
-        f"job {job.id} (task {job.task!r}) ran past its {float(timeout)!r} s timeout and was "
-        "interrupted: make the handler faster, or give it more time with "
-        "@app.task(..., timeout=SECONDS) (or --job-timeout / DBQUEUE_JOB_TIMEOUT for the worker)"
-    )
-
-
-class BatchExecutor:
+class BatchExecutor(HandlerCalls):
     def __init__(
         self,
         context: RuntimeContext,
@@ -143,6 +82,7 @@ class BatchExecutor:
         notifier: Notifier | None = None,
     ) -> None:
         self.registry = context.registry
+        self.hooks = context.registry.hooks
         self.max_result_bytes = context.max_payload_bytes
         self.policy = context.retry_policy
         #: Runs deliveries no code is registered for: webhook calls.
@@ -159,8 +99,13 @@ class BatchExecutor:
         self.default_timeout = default_timeout
         #: With ``log_jobs``: notes each run, logs it once committed. Without, no cost per job.
         self.job_log = job_log
+<<<<<<< HEAD
         run_one = context.instruments.wrap_run(self.run_one)  # tracing: a span per job
         self.run_job = run_one if job_log is None else job_log.timed(run_one)
+=======
+        self.run_job = self.run_one if job_log is None else job_log.timed(self.run_one)
+        self.run_jobs = self.run_group if job_log is None else job_log.timed_group(self.run_group)
+>>>>>>> main
         #: Awaited jobs (app.call) whose end is pushed after the commit (the lock server).
         self.finished = FinishedJobs(notifier, context.names.qualified_jobs)
 
@@ -213,42 +158,48 @@ class BatchExecutor:
         jobs: list[Job],
         should_stop: Callable[[], bool],
     ) -> BatchResult:
-        """No savepoints (SingleStore): a transaction per job, and a failed handler's writes are
-        undone by rolling back that whole transaction; its failure is recorded in another."""
+        """No savepoints (SingleStore): a transaction per handler call, and a failed handler's
+        writes are undone by rolling back that whole transaction; its failure is recorded in
+        another."""
         result = BatchResult()
-        for index, job in enumerate(jobs):
+        todo = units(self.registry, jobs)
+        for index, unit in enumerate(todo):
             if should_stop():
+                rest = [job for later in todo[index:] for job in later]
                 with conn.begin():
-                    engine.release_claims(conn, jobs[index:], claimed_by=self.worker_id)
-                result.skipped = len(jobs) - index
+                    engine.release_claims(conn, rest, claimed_by=self.worker_id)
+                result.skipped += len(rest)
                 break
             try:
                 try:
                     with conn.begin():
-                        self._watch(conn, [job])
-                        outcome = self.run_job(JobSession(conn, savepoint=False), job)
-                        if not outcome.ok:
-                            raise _HandlerFailed(outcome)
-                        self.finished.note([job])
-                        done = [(job, outcome.value)]
-                        changed = self._complete(conn, engine, done, claimed_by=self.worker_id)
-                        self._check_still_ours(conn, engine, [job], changed)
-                    result.succeeded += 1
-                    self.after_commit()
+                        self._watch(conn, unit)
+                        outcomes, undone = self._run_unit(JobSession(conn, savepoint=False), unit)
+                        if undone:
+                            raise _HandlerFailed(outcomes)
+                        ran = self._settle_alone(conn, engine, unit, outcomes)
                 except _HandlerFailed as failed:
-                    self.finished.note([job])
                     with conn.begin():
-                        recorded = self._record(conn, engine, job, failed.outcome, self.worker_id)
-                        self._check_still_ours(conn, engine, [job], recorded)
-                    if failed.outcome.cancelled:
-                        result.cancelled += 1
-                    else:
-                        result.failed += 1
-                    self.after_commit()
+                        ran = self._settle_alone(conn, engine, unit, failed.outcomes)
+                self.after_commit()
+                _add(result, ran.result)
             except ClaimLostError as lost:
-                self._lost(conn, engine, [job], lost)
-                result.skipped += 1
+                self._lost(conn, engine, unit, lost)
+                result.skipped += len(unit)
         return result
+
+    def _settle_alone(
+        self, conn: Connection, engine: QueueEngine, unit: list[Job], outcomes: list[Outcome]
+    ) -> _Ran:
+        """Write one handler call's outcomes in its own transaction, fenced."""
+        ran = _Ran()
+        self._take(conn, engine, unit, outcomes, self.worker_id, ran)
+        changed = self._complete(conn, engine, ran.done, claimed_by=self.worker_id)
+        engine.release_claims(conn, ran.unstarted, claimed_by=self.worker_id)
+        self.finished.note(ran.started)
+        self._check_still_ours(conn, engine, ran.started, changed + ran.changed)
+        ran.result.skipped = len(ran.unstarted)
+        return ran
 
     def give_back(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
         """After a failed transaction: put the jobs this worker still has 'running' back to
@@ -298,18 +249,47 @@ class BatchExecutor:
         claimed_by: str | None,
     ) -> _Ran:
         ran = _Ran()
-        unstarted: list[Job] = []
         session = JobSession(conn)
         if self.job_log is not None:
             self.job_log.drop()  # runs noted in a batch that failed never committed
         self.finished.drop()
         self._watch(conn, jobs)
-        for job in jobs:
-            if should_stop():
-                unstarted.append(job)  # never started: given back untouched
+        todo = units(self.registry, jobs)
+        for index, unit in enumerate(todo):
+            if should_stop():  # never started: given back untouched
+                ran.unstarted += [job for later in todo[index:] for job in later]
+                break
+            outcomes, _ = self._run_unit(session, unit)
+            self._take(conn, engine, unit, outcomes, claimed_by, ran)
+        ran.result.skipped = len(ran.unstarted)
+        self.finished.note(ran.started)
+        if ran.unstarted and not self.strategy.claims_in_transaction:
+            engine.release_claims(conn, ran.unstarted, claimed_by=claimed_by)  # committed: undo
+        return ran
+
+    def _run_unit(self, session: JobSession, unit: list[Job]) -> tuple[list[Outcome], bool]:
+        """One handler call: its jobs' outcomes, and whether its writes were undone."""
+        if len(unit) > 1 or self.registry.batch_of(unit[0]) is not None:
+            return self.run_jobs(session, unit)
+        outcome = self.run_job(session, unit[0])
+        return [outcome], not outcome.ok
+
+    def _take(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        unit: list[Job],
+        outcomes: list[Outcome],
+        claimed_by: str | None,
+        ran: _Ran,
+    ) -> None:
+        """Note a handler call's successes, record its failures, set aside the jobs it gave
+        back."""
+        for job, outcome in zip(unit, outcomes, strict=True):
+            if outcome.given_back:
+                ran.unstarted.append(job)
                 continue
             ran.started.append(job)
-            outcome = self.run_job(session, job)
             if outcome.ok:
                 ran.done.append((job, outcome.value))
                 ran.result.succeeded += 1
@@ -319,11 +299,6 @@ class BatchExecutor:
                 ran.result.cancelled += 1
             else:
                 ran.result.failed += 1
-        ran.result.skipped = len(unstarted)
-        self.finished.note(ran.started)
-        if unstarted and not self.strategy.claims_in_transaction:
-            engine.release_claims(conn, unstarted, claimed_by=claimed_by)  # committed: undo it
-        return ran
 
     def _complete(
         self,
@@ -360,91 +335,6 @@ class BatchExecutor:
         """Tell the watchdog's slot what a stuck handler's thread holds."""
         if self.slot is not None:
             self.slot.connection, self.slot.batch = conn, jobs
-
-    def run_one(self, session: JobSession, job: Job) -> Outcome:
-        try:
-            definition, handler = self.registry.resolve(job, self.webhooks)
-        except DbqueueError as exc:
-            return Outcome(False, str(exc))
-        if isinstance(job.payload, MalformedPayload):
-            return Outcome(
-                False,
-                f"{job.payload.error}; the row was probably written by hand: fix its payload "
-                "column and requeue it",
-            )
-        try:
-            if self.watchdog is None:
-                value = handler(job, session)
-            else:
-                timeout = (definition.timeout if definition else None) or self.default_timeout
-                value = self._run_watched(handler, job, session, timeout)
-            if inspect.isawaitable(value):
-                _close(value)
-                raise TypeError(
-                    f"the handler returned {type(value).__name__} {value!r} instead of running: "
-                    "it is async (or returns an awaitable), which a worker thread cannot await; "
-                    "make it a plain def"
-                )
-            stored = None if value is None else encode_result(value, self.max_result_bytes)
-            session.keep()
-        except Abandoned:
-            raise
-        except _Cancelled as exc:  # whatever the handler did, its writes go
-            session.discard()
-            return Outcome(False, str(exc), cancelled=True)
-        except AttemptFailed as exc:  # an expected failure whose message says it all
-            session.discard()
-            return Outcome(False, str(exc))
-        except (Discard, Retry) as exc:  # the handler says when the job runs again, if ever
-            session.discard()
-            return asked_for(exc)
-        # BaseException: SystemExit, KeyboardInterrupt or GeneratorExit raised by a handler in
-        # this thread would otherwise end the thread silently, leaving the worker short of one.
-        except BaseException as exc:
-            if session.bind.invalidated:  # type: ignore[union-attr]
-                # The database connection broke under the handler (server restart, network):
-                # the batch transaction is gone with it, so nothing can be recorded, and the
-                # job is not at fault. The worker loop reconnects; the jobs are claimed again.
-                raise
-            session.discard()
-            log.debug("job %s (%s) raised", job.id, job.task, exc_info=True)
-            return Outcome(False, describe_failure(exc))
-        return SUCCEEDED if stored is None else Outcome(True, value=stored)
-
-    def _run_watched(
-        self, handler: Handler, job: Job, session: JobSession, timeout: float | None
-    ) -> Any:
-        """Run the handler with the watchdog armed; a timeout becomes JobTimeoutError, and a
-        cancel request that reached the job (``job.cancel_requested()``) _Cancelled."""
-        watchdog, slot = self.watchdog, self.slot
-        assert watchdog is not None and slot is not None
-        error: BaseException | None = None
-        value = None
-        if not watchdog.arm(slot, job, timeout):
-            raise _Cancelled(cancel_message(job, ran=False))
-        try:
-            try:
-                value = handler(job, session)
-            except BaseException as exc:
-                error = exc
-            finally:
-                fired = watchdog.disarm(slot)
-        except (HandlerTimeout, HandlerCancelled):  # arrived after the handler returned, before
-            fired = watchdog.disarm(slot)  # disarm cancelled it
-        if slot.abandoned:
-            raise Abandoned
-        if job._cancel_requested_at is not None:
-            cause = None if isinstance(error, HandlerCancelled) else error
-            raise _Cancelled(
-                f"{cancel_message(job)}: its database writes were rolled back"
-            ) from cause
-        if fired:
-            assert timeout is not None
-            cause = error if error is not None and not isinstance(error, HandlerTimeout) else None
-            raise JobTimeoutError(timeout_message(job, timeout)) from (cause or error)
-        if error is not None:
-            raise error
-        return value
 
     def record_cancelled(
         self,
@@ -530,8 +420,8 @@ class BatchExecutor:
         return failed.changed
 
 
-def _close(awaitable: Any) -> None:
-    """Close a coroutine that will never run, so Python does not warn it was never awaited."""
-    close = getattr(awaitable, "close", None)
-    if close is not None:
-        close()
+def _add(total: BatchResult, part: BatchResult) -> None:
+    total.succeeded += part.succeeded
+    total.failed += part.failed
+    total.skipped += part.skipped
+    total.cancelled += part.cancelled

@@ -125,6 +125,21 @@ class JobLog:
 
         return run
 
+    def timed_group(self, run_group: Callable[[Any, list[Job]], Any]) -> Any:
+        """``run_group(session, jobs)`` (a batch handler's call) noting each of its jobs, with
+        the call's duration."""
+        clock = time.perf_counter
+
+        def run(session: Any, jobs: list[Job]) -> Any:
+            started = clock()
+            outcomes, undone = run_group(session, jobs)
+            seconds = clock() - started
+            ran = zip(jobs, outcomes, strict=True)
+            self._pending += [(job, o, seconds) for job, o in ran if not o.given_back]
+            return outcomes, undone
+
+        return run
+
     def drop(self) -> None:
         """The jobs noted so far did not commit (a new batch starts, or the claim was lost)."""
         self._pending = []

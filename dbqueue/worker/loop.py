@@ -18,6 +18,7 @@ from ..errors import SchemaMissingError
 from ..lockserver.client import LockServerUnavailableError
 from ..results import running_handlers
 from ..wakeup import Notifier, WakeSignal
+from .batches import gather
 from .claimed import claim_and_run
 from .executor import BatchExecutor, BatchResult
 from .joblog import JobLog, JobLogWriter
@@ -101,8 +102,9 @@ class ClaimLoop:
                 self._thread_loop(index)
         except Abandoned:
             log.info("abandoned worker thread %d unblocked and ended without writing", index)
-        except BaseException:  # a bug: say so, and let the supervisor see the thread end
+        except BaseException as exc:  # a bug: say so, and let the supervisor see the thread end
             log.exception("worker thread %d stopped by an unexpected error", index)
+            self.context.registry.hooks.report(exc, self)
 
     def _thread_loop(self, index: int) -> None:
         assert self.strategy is not None and self._engine is not None
@@ -223,11 +225,18 @@ class ClaimLoop:
                 break
             result: BatchResult | None = None
             committed = False
+            reserved = [limit]  # and what gathering a batch task's jobs adds
+
+            def reserve(more: int, reserved: list[int] = reserved) -> int:
+                granted = self._reserve(more)
+                reserved[0] += granted
+                return granted
+
             try:
-                result = self._claim_and_run(conn, executor, engine, queue, limit, state)
+                result = self._claim_and_run(conn, executor, engine, queue, limit, state, reserve)
                 committed = True
             finally:
-                self._settle(limit, result if committed else None)
+                self._settle(reserved[0], result if committed else None)
             claimed += result.succeeded + result.failed + result.cancelled if result else 0
         self.summary.rounds += 1
         return claimed, time.monotonic() - started
@@ -240,19 +249,32 @@ class ClaimLoop:
         queue: str,
         limit: int,
         state: _ThreadState,
+        reserve: Callable[[int], int],
     ) -> BatchResult | None:
         strategy = self.strategy
         assert strategy is not None
         worker_id = executor.worker_id
         slots = self.queue_limits.get(queue) if self.queue_limits else None
         if slots is None:
-            return claim_and_run(
-                executor,
-                conn,
-                engine,
-                lambda: strategy.claim(conn, engine, queue, limit, worker_id),
-                lambda: self.stopping,
-            )
+
+            def claim() -> list[Any]:
+                jobs = strategy.claim(conn, engine, queue, limit, worker_id)
+                if not jobs or not self.context.registry.has_batches:
+                    return jobs
+                return gather(
+                    strategy,
+                    self.context.registry,
+                    conn,
+                    engine,
+                    queue,
+                    jobs,
+                    worker_id,
+                    reserve=reserve,
+                    stopping=lambda: self.stopping,
+                    pause=self._stop.wait,
+                )
+
+            return claim_and_run(executor, conn, engine, claim, lambda: self.stopping)
         return claim_and_run(
             executor,
             conn,
@@ -295,6 +317,7 @@ class ClaimLoop:
             # backoff): retry soon, so that work resumes as soon as the server is back.
             if failures == 1 or failures % 10 == 0:
                 log.warning("%s; claims resume once it is back", exc)
+                self.context.registry.hooks.report(exc, self)
             self._stop.wait(random.uniform(0.2, 0.6))
             return
         delay = min(MAX_RECONNECT_DELAY, 0.5 * 2 ** (failures - 1)) * random.uniform(0.8, 1.2)
@@ -303,6 +326,7 @@ class ClaimLoop:
             log.warning("database error (%s); reconnecting in %.1fs", _first_line(orig), delay)
         else:
             log.error("unexpected error in the worker loop; retrying in %.1fs", delay, exc_info=exc)
+        self.context.registry.hooks.report(exc, self)
         with self._lock:
             self.summary.reconnects += 1
         self._stop.wait(delay)

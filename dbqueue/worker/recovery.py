@@ -14,7 +14,8 @@ from sqlalchemy.engine import Engine
 
 from ..job import Job
 from ..wakeup import WakeSignal
-from .executor import BatchExecutor, cancel_message, timeout_message
+from .executor import BatchExecutor
+from .handlers import cancel_message, timeout_message
 from .process import first_line as _first_line
 from .watchdog import CANCEL, Slot
 
@@ -92,7 +93,8 @@ class AbandonedThreads:
         assert self._engine is not None and self.strategy is not None
         executor = BatchExecutor(self.context, self.strategy, f"{self.name}:watchdog")
         cancelled = slot.reason == CANCEL
-        what = cancel_message(job) if cancelled else timeout_message(job, slot.timeout)
+        size = len(slot.group or [job])
+        what = cancel_message(job) if cancelled else timeout_message(job, slot.timeout, size)
         message = (
             f"{what}; it did not stop within {self.timeout_grace!r} s more (blocked in C code), "
             "so its thread was abandoned and its database connection ended: its database "
@@ -103,7 +105,14 @@ class AbandonedThreads:
             message = f"JobTimeoutError: {message}"
         record = executor.record_cancelled if cancelled else executor.record_failure
         worker_id = f"{self.name}:{slot.index}"
-        others = [other for other in slot.batch if other is not job]
+        # The handler's call: one job, or a batch handler's jobs (of which a cancel request
+        # ends only those it named; the others go back with the rest of the claim).
+        group = [
+            member
+            for member in slot.group or [job]
+            if not cancelled or member._cancel_requested_at is not None
+        ]
+        others = [other for other in slot.batch if all(other is not m for m in group)]
         changed = 0
         for attempt in range(5):
             try:
@@ -111,13 +120,16 @@ class AbandonedThreads:
                     engine = self.context.queue_engine(conn)
                     committed = not self.strategy.claims_in_transaction
                     with conn.begin():
-                        changed = record(
-                            conn,
-                            engine,
-                            job,
-                            message,
-                            claimed_by=worker_id if committed else None,
-                            guarded=True,
+                        changed = sum(
+                            record(
+                                conn,
+                                engine,
+                                member,
+                                message,
+                                claimed_by=worker_id if committed else None,
+                                guarded=True,
+                            )
+                            for member in group
                         )
                         if committed:
                             engine.release_claims(conn, others, claimed_by=worker_id)
@@ -132,6 +144,6 @@ class AbandonedThreads:
             return
         with self._lock:
             if cancelled:
-                self.summary.cancelled += 1
+                self.summary.cancelled += changed
             else:
-                self.summary.failed += 1
+                self.summary.failed += changed

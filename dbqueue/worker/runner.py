@@ -199,16 +199,26 @@ class Worker(ClaimLoop, AbandonedThreads):
             execution_options={dialects.WRITE_INTENT: True},
         )
         self.context.local_workers.add(self)
+        hooks = self.context.registry.hooks
+        started = False
         try:
             self._start_up()
+            hooks.worker_started(self)
+            started = True
             if self.max_runtime is not None:
                 self._deadline = time.monotonic() + self.max_runtime
             with self._signals():
                 self._supervise()
+        except Exception as exc:
+            hooks.report(exc, self)
+            raise
         finally:
+            if started:
+                hooks.worker_stopped(self)
             self.context.local_workers.discard(self)
             self._shut_down()
         if self._fatal is not None:
+            hooks.report(self._fatal, self)
             raise self._fatal
         log.info(
             "worker %s stopped: %d succeeded, %d failed, %d cancelled",

@@ -75,6 +75,8 @@ class Slot:
     connection: Any = None
     batch: list[Job] = field(default_factory=list)
     job: Job | None = None
+    #: The jobs of the handler call that runs: [job], or a batch handler's jobs.
+    group: list[Job] = field(default_factory=list)
     timeout: float = 0.0
     deadline: float = math.inf
     #: JobTimeoutError (or JobCancelledError, see ``reason``) was raised in the thread for the
@@ -139,16 +141,22 @@ class Watchdog:
                 self._slots.remove(slot)
 
     # ---- called by the handler's thread (in memory, no database round trip) -------------------
-    def arm(self, slot: Slot, job: Job, timeout: float | None) -> bool:
-        """The handler of ``job`` starts (``timeout``: None for none). False: a cancel request
-        reached the job before it started, and its handler must not run."""
+    def arm(
+        self, slot: Slot, job: Job, timeout: float | None, group: list[Job] | None = None
+    ) -> bool:
+        """The handler of ``job`` starts (``timeout``: None for none); ``group``: the jobs of a
+        batch handler's call (``job`` is the first). False: a cancel request reached one of
+        them before it started (its ``cancel_requested()`` is true), and nothing may run."""
         now = time.monotonic()
         deadline = math.inf if timeout is None else now + timeout
+        group = group or [job]
         with self._cond:
             slot.job, slot.timeout, slot.deadline, slot.fired = job, timeout or 0.0, deadline, False
-            slot.reason, slot.since = TIMEOUT, now
-            if slot.requests and job.id in slot.requests:
-                job._cancel_requested_at = slot.requests.pop(job.id)
+            slot.reason, slot.since, slot.group = TIMEOUT, now, group
+            requested = [j for j in group if j.id in slot.requests] if slot.requests else []
+            for member in requested:
+                member._cancel_requested_at = slot.requests.pop(member.id)
+            if requested:
                 slot.deadline = math.inf
                 return False
             slot.armed = True
@@ -207,16 +215,17 @@ class Watchdog:
             for slot in self._slots:
                 if slot.abandoned:
                     continue
-                job = slot.job
-                running = slot.armed and job is not None and not slot.fired
-                if running and job.id in requests and job._cancel_requested_at is None:
-                    job._cancel_requested_at = requests[job.id]
-                    slot.reason = CANCEL
-                    slot.deadline = min(slot.deadline, deadline)
-                    reached += 1
-                    self._cond.notify()
+                running = slot.armed and slot.job is not None and not slot.fired
+                current = {job.id for job in slot.group}
+                for job in slot.group if running else []:
+                    if job.id in requests and job._cancel_requested_at is None:
+                        job._cancel_requested_at = requests[job.id]
+                        slot.reason = CANCEL
+                        slot.deadline = min(slot.deadline, deadline)
+                        reached += 1
+                        self._cond.notify()
                 for other in slot.batch:
-                    if other is not job and other.id in requests:
+                    if other.id not in current and other.id in requests:
                         slot.requests[other.id] = requests[other.id]
                         reached += 1
         return reached
