@@ -99,13 +99,9 @@ class BatchExecutor(HandlerCalls):
         self.default_timeout = default_timeout
         #: With ``log_jobs``: notes each run, logs it once committed. Without, no cost per job.
         self.job_log = job_log
-<<<<<<< HEAD
         run_one = context.instruments.wrap_run(self.run_one)  # tracing: a span per job
         self.run_job = run_one if job_log is None else job_log.timed(run_one)
-=======
-        self.run_job = self.run_one if job_log is None else job_log.timed(self.run_one)
         self.run_jobs = self.run_group if job_log is None else job_log.timed_group(self.run_group)
->>>>>>> main
         #: Awaited jobs (app.call) whose end is pushed after the commit (the lock server).
         self.finished = FinishedJobs(notifier, context.names.qualified_jobs)
 
