@@ -2,7 +2,7 @@
 
     python -m benchmarks.throughput postgresql|mariadb|sqlite [--jobs 20000] [--single 2000]
         [--chunk 1000] [--concurrency 4] [--batch-size 10] [--strategy NAME] [--rounds 3]
-        [--job-log [--prefix bench_]] [--queue-limit N [--strategy NAME]]
+        [--job-log [--prefix bench_]] [--queue-limit N [--strategy NAME]] [--registry]
 
 Enqueue: the first ``single`` jobs one per transaction on one connection (``app.enqueue``,
 in blocks of 200 alternating with the bare INSERT+COMMIT), the rest with ``app.enqueue_many``,
@@ -22,6 +22,11 @@ W1 jobs' queue, ``default``) next to the same queue unlimited: each round drains
 filled table once each way, in alternating order, with the same worker process. A limited
 queue's claims take a slot and one job each (a batch runs its jobs one after another, so a
 slot per batch would leave the others idle), so this is the price of the limit per job.
+
+``--registry`` measures instead what the registry of live workers and the Prometheus metrics
+cost processing: each round drains a freshly filled table with the heartbeat all but off (one
+beat an hour: only the row's insert at start and delete at exit), at its default (every 5 s),
+every 0.5 s, and at the default with the Prometheus counters on, in alternating order.
 """
 
 from __future__ import annotations
@@ -354,6 +359,53 @@ def limit_cost(
     }
 
 
+REGISTRY_MODES: dict[str, tuple[str, ...]] = {
+    "heartbeat_hourly": ("--option", "heartbeat_interval=3600.0"),
+    "heartbeat_5s": ("--option", "heartbeat_interval=5.0"),
+    "heartbeat_0.5s": ("--option", "heartbeat_interval=0.5"),
+    "heartbeat_5s_metrics": ("--option", "heartbeat_interval=5.0", "--metrics"),
+}
+
+
+def registry_cost(
+    database: str, jobs: int, concurrency: int, batch_size: int, rounds: int, prefix: str = PREFIX
+) -> dict[str, Any]:
+    """W1 processing with the registry's heartbeat at several rates, and with metrics."""
+    url = URLS[database]
+    app = fresh_app(url, prefix)
+    engine = app.create_engine(pool_pre_ping=False)
+    options = ["--burst", "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
+    options += ["--prefix", prefix]
+    try:
+        rates = alternate_modes(app, engine, url, jobs, rounds, options, REGISTRY_MODES)
+    finally:
+        engine.dispose()
+    medians = {mode: round(statistics.median(values)) for mode, values in rates.items()}
+    base = medians["heartbeat_hourly"]
+    return {
+        "workload": "W1 processing, registry heartbeat rates and Prometheus metrics",
+        "database": database,
+        "server": server_version(url),
+        "jobs": jobs,
+        "concurrency": concurrency,
+        "batch_size": batch_size,
+        "rounds": rounds,
+        "jobs_per_s": medians,
+        "ratio_to_hourly": {mode: round(v / base, 3) for mode, v in medians.items()},
+        "per_round": {mode: [round(x) for x in values] for mode, values in rates.items()},
+    }
+
+
+def describe_registry(result: dict[str, Any]) -> str:
+    return (
+        f"W1 processing with the workers registry and metrics ({result['database']}, "
+        f"{result['jobs']} no-op jobs, concurrency {result['concurrency']}, batch "
+        f"{result['batch_size']}): jobs/s {result['jobs_per_s']}, ratio to the hourly "
+        f"heartbeat {result['ratio_to_hourly']} (medians of {result['rounds']} rounds; per "
+        f"round {result['per_round']})"
+    )
+
+
 def describe_limit(result: dict[str, Any]) -> str:
     return (
         f"W1 processing of a queue limited to {result['limit']} ({result['database']}, "
@@ -410,8 +462,17 @@ def main() -> None:
     parser.add_argument("--job-log", action="store_true", help="the per-job log's cost instead")
     parser.add_argument("--prefix", default=PREFIX, help="table prefix (--job-log, --queue-limit)")
     parser.add_argument("--queue-limit", type=int, help="a queue limited to N instead")
+    parser.add_argument("--registry", action="store_true", help="the registry's cost instead")
     args = parser.parse_args()
     os.chdir(HERE.parent)
+    if args.registry:
+        cost = registry_cost(
+            args.database, args.jobs, args.concurrency, args.batch_size, args.rounds, args.prefix
+        )
+        print(machine())
+        print(describe_registry(cost))
+        print(f"saved {save(f'registry-{args.database}', cost)}")
+        return
     if args.queue_limit:
         cost = limit_cost(
             args.database,

@@ -2,7 +2,7 @@
 
     python -m benchmarks.worker_proc URL [--prefix bench_] [--concurrency 4] [--batch-size 10]
         [--strategy NAME] [--burst] [--sample-rss-every N] [--log-format text|json] [--log-jobs]
-        [--queue-limit QUEUE=N]
+        [--queue-limit QUEUE=N] [--metrics] [--option heartbeat_interval=5.0]
 
 On exit (burst drained, or SIGTERM) it prints one JSON line: seconds spent in run_worker, jobs
 succeeded, statements and commits it sent (counted by SQLAlchemy events), and resident memory
@@ -82,6 +82,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--option", action="append", default=[], help="extra worker option k=v")
     parser.add_argument("--log-format", choices=logs.LOG_FORMATS, help="log at INFO to stderr")
     parser.add_argument("--log-jobs", action="store_true", help="one log line per job")
+    parser.add_argument("--metrics", action="store_true", help="Prometheus counters (in memory)")
     parser.add_argument("--queue-limit", action="append", default=[], help="QUEUE=N")
     parser.add_argument(
         "--idle-window",
@@ -108,6 +109,10 @@ def main() -> None:
             if done[0] % args.sample_rss_every == 0:
                 samples.append((done[0], rss_kib()))
 
+    if args.metrics:
+        from dbqueue import metrics
+
+        metrics.instrument(app)
     counters = Counters()
     if args.count or args.idle_window:
         counters.install()

@@ -188,6 +188,7 @@ class RuntimeContext:
         if side is None:
             yield conn
             return
+        self.queue_engine(conn).check_workers_table(conn)  # unmigrated: say so, as elsewhere
         with side.begin() as own:
             yield own
 

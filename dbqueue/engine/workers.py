@@ -65,6 +65,13 @@ class WorkerRows(EngineBase):
             row["alive"] = bool(row["alive"])
         return rows
 
+    def check_workers_table(self, conn: Connection) -> None:
+        """Raise SchemaMissingError (run ``dbqueue migrate``) unless the table is there: for
+        readers whose rows come from elsewhere (SQLite's side file)."""
+        w = self.tables.workers
+        with self.translate_errors():
+            conn.execute(sa.select(w.c.id).limit(0)).all()
+
     def forget_gone_workers(self, conn: Connection) -> list[str]:
         """Delete the rows of workers whose heartbeat expired; return their names."""
         w = self.tables.workers

@@ -180,13 +180,15 @@ class Watchdog:
 
     # ---- called by the heartbeat ----------------------------------------------------------------
     def running(self) -> list[tuple[Job, float]]:
-        """The jobs whose handlers run now, with how many seconds each has run."""
+        """The jobs whose handlers run now (every job of a batch handler's call), with how
+        many seconds each has run."""
         with self._cond:
             now = time.monotonic()
             return [
-                (slot.job, now - slot.since)
+                (job, now - slot.since)
                 for slot in self._slots
                 if slot.armed and slot.job is not None and not slot.abandoned
+                for job in (slot.group or [slot.job])
             ]
 
     # ---- called by the cancel poller ----------------------------------------------------------

@@ -6,54 +6,26 @@ pid, queues, concurrency, strategy, the two jobs), ``app.stats()`` counts them `
 skip_locked and SQLite their rows still say ``available``) and the queue collector's ``/metrics``
 agrees; once everything has run, the worker's ``/metrics``, parsed with prometheus-client's
 parser, counts exactly the attempts the jobs table records. Killed with SIGKILL, the worker's
-row expires, and maintenance forgets it.
+row expires, and maintenance forgets it. (A worker stopped by SIGTERM deletes its row:
+tests/test_tracing.py.)
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import urllib.request
-from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from support.cli_runner import invoke
+from support.registry_worker import QUEUE, free_port, start_worker
 from support.waiting import wait_for
 
 from dbqueue import metrics
-
-TESTS = Path(__file__).resolve().parents[1]
-QUEUE = "reg"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_worker(backend, log: Path, port: int, env_extra: dict | None = None):
-    command = [str(Path(sys.executable).parent / "dbqueue"), "worker", "--url", backend.url]
-    command += ["--table-prefix", backend.prefix, "--strategy", backend.strategy]
-    command += ["--server", backend.server] if backend.server else []
-    command += ["--app", "support.registry_app:app", "--queue", QUEUE, "--concurrency", "2"]
-    command += ["--heartbeat-interval", "0.3", "--poll-interval", "0.1", "--no-maintenance"]
-    command += ["--metrics-port", str(port), "--metrics-bind", "127.0.0.1"]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-        "QUEUE_BASE_INTERVAL_RETRY": "0.001",  # minutes: the flaky job's retry is due at once
-        **(env_extra or {}),
-    }
-    env.pop("DBQUEUE_URL", None)
-    return subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -111,7 +83,10 @@ def test_registry_running_and_metrics_of_a_real_worker(backend, tmp_path):
     try:
         wait_for(lambda: all(f.exists() for f in started), 90, "both block jobs to start", log)
         wait_for(
-            lambda: [w.running for w in app.workers()] == [running], 30, "a heartbeat with the jobs", log
+            lambda: [w.running for w in app.workers()] == [running],
+            30,
+            "a heartbeat with the jobs",
+            log,
         )
         (info,) = app.workers()
         assert (info.pid, info.host) == (worker.pid, socket.gethostname())
@@ -181,21 +156,6 @@ def test_registry_running_and_metrics_of_a_real_worker(backend, tmp_path):
         assert app.workers(include_gone=True) == []
     finally:
         collector.shutdown()
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(30)
-
-
-def test_a_stopped_worker_deletes_its_row(database, tmp_path):
-    app = database.app()
-    log = tmp_path / "worker.log"
-    worker = start_worker(database, log, free_port())
-    try:
-        wait_for(lambda: len(app.workers()) == 1, 60, "the worker to register", log)
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(60) == 0
-        assert app.workers(include_gone=True) == []
-    finally:
         if worker.poll() is None:
             worker.kill()
             worker.wait(30)
