@@ -139,18 +139,20 @@ def throughput(
     end = conn.execute(sa.select(app.queue_engine(conn).db_now())).scalar_one()
     start = end - dt.timedelta(minutes=BUCKETS * BUCKET_MINUTES)
     edges = [start + dt.timedelta(minutes=BUCKET_MINUTES * i) for i in range(BUCKETS + 1)]
-    sums = []
-    for status in ("succeeded", "dead"):
-        for i in range(BUCKETS):
-            inside = sa.and_(
-                j.c.status == status, j.c.finished_at >= edges[i], j.c.finished_at < edges[i + 1]
-            )
-            sums.append(sa.func.sum(sa.case((inside, 1), else_=0)))
-    stmt = sa.select(j.c.queue, *sums).where(j.c.finished_at >= start).group_by(j.c.queue)
-    found = {}
-    for queue, *counts in conn.execute(stmt):
-        values = [int(n or 0) for n in counts]
-        found[queue] = {"succeeded": values[:BUCKETS], "dead": values[BUCKETS:]}
+    # One CASE picking the row's bucket (its arms stop at the first match), grouped on: a few
+    # comparisons per row instead of a sum per bucket and status.
+    bucket = sa.case(
+        *((j.c.finished_at < edges[i + 1], i) for i in range(BUCKETS)), else_=BUCKETS - 1
+    ).label("bucket")
+    stmt = (
+        sa.select(j.c.queue, j.c.status, bucket, sa.func.count().label("n"))
+        .where(j.c.finished_at >= start, j.c.status.in_(("succeeded", "dead")))
+        .group_by(j.c.queue, j.c.status, bucket)
+    )
+    found: dict[str, dict[str, list[int]]] = {}
+    for queue, status, index, n in conn.execute(stmt):
+        series = found.setdefault(queue, {"succeeded": [0] * BUCKETS, "dead": [0] * BUCKETS})
+        series[status][min(int(index), BUCKETS - 1)] += int(n)
     return start, found
 
 
