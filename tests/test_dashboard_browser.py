@@ -20,6 +20,8 @@ from dbqueue.dashboard import create_app
 
 pytest.importorskip("selenium")
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 TOKEN = "t0ken-for-tests"
 
@@ -101,6 +103,13 @@ class Site:
         found = self.driver.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr[data-id]")
         return [row.get_attribute("data-id") for row in found]
 
+    def done(self) -> str:
+        """The line an action's page shows once the POST and its redirect have loaded."""
+        found = WebDriverWait(self.driver, 120).until(
+            expected_conditions.presence_of_element_located((By.ID, "done"))
+        )
+        return found.text
+
     def status(self, job_id: int) -> str:
         return self.app.get_job(job_id)["status"]
 
@@ -140,7 +149,10 @@ def test_every_page_loads_with_real_jobs(site):
 def test_a_filter_narrows_the_list(site):
     d = site.visit("/jobs")
     d.find_element(By.NAME, "text").send_keys("needle")
+    before = d.find_element(By.ID, "jobs")
     d.find_element(By.ID, "apply").click()
+    WebDriverWait(d, 120).until(expected_conditions.staleness_of(before))
+    WebDriverWait(d, 120).until(expected_conditions.presence_of_element_located((By.ID, "jobs")))
     site.driver.save_screenshot(str(site.shots / f"{site.backend.database}-filtered.png"))
     (only,) = site.rows()
     assert site.app.get_job(int(only))["external_key"] == "order-3"
@@ -155,17 +167,18 @@ def test_requeue_one_then_in_bulk_changes_the_database(site):
     first, *others = site.dead_ids()
     d = site.visit("/dead")
     d.find_element(By.CSS_SELECTOR, f'tr[data-id="{first}"] button[data-action="requeue"]').click()
-    assert f"requeued 1: {first}" in d.find_element(By.ID, "done").text
+    assert f"requeued 1: {first}" in site.done()
     assert site.status(first) == "available"
     in_dq2 = site.dead_ids(queue="dq2")
     d = site.visit("/dead?queue=dq2", "dead-filtered")
     d.execute_script("window.confirm = () => true")
     d.find_element(By.CSS_SELECTOR, 'button[data-action="requeue-matching"]').click()
-    assert f"requeued {len(in_dq2)}" in d.find_element(By.ID, "done").text
+    assert f"requeued {len(in_dq2)}" in site.done()
     assert [site.status(i) for i in in_dq2] == ["available"] * len(in_dq2)
     assert site.dead_ids() == sorted(set(others) - set(in_dq2))  # the others stay dead
     d = site.visit("/subscriptions")
     d.find_element(By.CSS_SELECTOR, 'tr[data-id="dash_sub"] button').click()
+    assert site.done() == "subscription dash_sub disabled"
     assert site.app.get_subscription("dash_sub").active is False
 
 
@@ -206,7 +219,11 @@ def test_posts_without_the_csrf_value_or_the_token_are_refused(site):
     d = site.visit("/dead", "login", base=site.token_url)  # the browser is sent to log in
     d.find_element(By.NAME, "token").send_keys(TOKEN)
     d.find_element(By.CSS_SELECTOR, "form button").click()
-    assert d.find_elements(By.CSS_SELECTOR, 'button[data-action="requeue"]')
+    WebDriverWait(d, 120).until(  # back on the dead page, with its actions
+        expected_conditions.presence_of_element_located(
+            (By.CSS_SELECTOR, 'button[data-action="requeue"]')
+        )
+    )
 
 
 def test_read_only_shows_no_action(site):
