@@ -10,16 +10,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sqlalchemy.engine import Engine
 from typing_extensions import Unpack
 
-from . import maintenance, migrate, publishing
+from . import maintenance, migrate
 from . import payload as payload_codec
+from .aio import AsyncClient
 from .calls import ResultCalls
 from .cancel_api import CancelAPI
 from .client import (
     EnqueueOptions,
     Target,
-    check_option_names,
     connection_for,
-    job_for_task,
     write_target,
 )
 from .config import Settings
@@ -35,9 +34,12 @@ from .retry import Backoff
 from .runtime import RuntimeContext
 from .scheduling import PeriodicRegistration
 from .schema import DEFAULT_HTTP_METHOD
+from .tenants import TenantSource
 from .wakeups import CommitWaker
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from .maintenance import MaintenanceSettings
     from .pubsub import SubscriptionStore
     from .schema import QueueTables, TableNames
@@ -54,6 +56,7 @@ def _from_context(name: str, doc: str) -> Any:
 
 class App(
     EagerMode,
+    AsyncClient,
     HandlerRegistration,
     CancelAPI,
     MorgueAPI,
@@ -65,9 +68,15 @@ class App(
 
     ``App("postgresql+psycopg2://…")`` or ``App(engine)``; with no argument the URL comes from
     DBQUEUE_URL, else the seed's DB_*/DATABASE_* variables, else ``sqlite:///dbqueue.db``.
-    Creating an App never connects; the first enqueue or worker does. ``lock_server``
+    Creating an App never connects; the first enqueue or worker does. ``async_url`` (default
+    $DBQUEUE_ASYNC_URL, else the URL with the database's asyncio driver) is where the async
+    calls (``aenqueue`` …) open transactions of their own. ``lock_server``
     ("HOST:PORT", default $DBQUEUE_LOCK_SERVER) is where the lock_server strategy takes its
-    locks and where enqueues hint that work is available.
+    locks and where enqueues hint that work is available. ``tenant_databases`` (a mapping
+    tenant → URL, a URL template with ``{tenant}``, or a callable tenant → URL or Engine;
+    default: the seed's credentials API when MULTI_DATABASE=true) is where handlers registered
+    with ``tenant_database=True`` find the job's tenant's database; ``tenant_cache_size``
+    (default $DBQUEUE_TENANT_CACHE_SIZE, else 20) how many tenants' engines stay open.
     """
 
     #: The class ``worker()`` builds. The worker layer sits above this one, so ``dbqueue``'s
@@ -78,6 +87,7 @@ class App(
         self,
         url: str | Engine | None = None,
         *,
+        async_url: str | None = None,
         dialect: str | None = None,
         table_prefix: str | None = None,
         schema: str | None = None,
@@ -92,6 +102,8 @@ class App(
         webhook_timeout: float | None = None,
         eager: bool | None = None,
         eager_raise: bool | None = None,
+        tenant_databases: TenantSource | None = None,
+        tenant_cache_size: int | None = None,
         settings: Settings | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
@@ -102,6 +114,7 @@ class App(
         base = settings if settings is not None else Settings.from_env(environ)
         merged = base.merged(
             url=url if isinstance(url, str) else None,
+            async_url=async_url,
             dialect=dialect,
             table_prefix=table_prefix,
             schema=schema,
@@ -116,9 +129,18 @@ class App(
             webhook_timeout=webhook_timeout,
             eager=check_flag("eager", eager),
             eager_raise=check_flag("eager_raise", eager_raise),
+            tenant_cache_size=tenant_cache_size,
         )
         engine = url if isinstance(url, Engine) else None
-        self._use(RuntimeContext(merged, engine=engine, backoff=backoff, environ=environ))
+        self._use(
+            RuntimeContext(
+                merged,
+                engine=engine,
+                backoff=backoff,
+                environ=environ,
+                tenant_databases=tenant_databases,
+            )
+        )
 
     def _use(self, context: RuntimeContext) -> None:
         self.context = context
@@ -156,6 +178,17 @@ class App(
         """A new engine on the App's database, configured the way dbqueue needs it."""
         return self.context.create_engine(**kwargs)
 
+    def create_async_engine(self, **kwargs: Any) -> AsyncEngine:
+        """A new asyncio engine on the App's database (``async_url``, else the URL with the
+        database's asyncio driver: postgresql+asyncpg, mysql+aiomysql, sqlite+aiosqlite)."""
+        return self.context.create_async_engine(**kwargs)
+
+    @property
+    def async_engine(self) -> AsyncEngine:
+        """The asyncio engine ``aenqueue(None, …)`` uses in the running event loop (one per
+        loop: an asyncio connection belongs to the loop that opened it)."""
+        return self.context.async_engine()
+
     def queue_engine(self, conn: Any) -> Any:
         """The lifecycle engine for this App's tables on ``conn``'s database."""
         return self.context.queue_engine(conn)
@@ -175,32 +208,12 @@ class App(
         The options (``EnqueueOptions``): queue, priority, delay, run_at, max_attempts,
         external_key, origin, destination, tenant, business_group.
         """
-        check_option_names("enqueue", options)
-        job = job_for_task(self.context, task, payload, options)
-        with connection_for(self._target(target)) as conn:
-            job_id = self.context.queue_engine(conn).insert(conn, job)
-        self._enqueued(target, [job.queue], [job_id])
-        return job_id
+        return self._write(target, self._enqueue_write("enqueue", task, payload, options))
 
     def enqueue_many(self, target: Target | None, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Insert many jobs with one statement; each item is a dict of ``enqueue``'s arguments
         (``task`` required, ``payload`` and the options optional). All are validated first."""
-        built = []
-        for index, spec in enumerate(jobs):
-            options = dict(spec)
-            try:
-                task = options.pop("task")
-            except KeyError:
-                raise ConfigurationError(f"enqueue_many: item {index} has no 'task'") from None
-            payload = options.pop("payload", None)
-            check_option_names("enqueue_many", options)
-            built.append(job_for_task(self.context, task, payload, options))
-        if not built:
-            return []
-        with connection_for(self._target(target)) as conn:
-            ids = self.context.queue_engine(conn).insert_many(conn, built, need_ids=self.eager)
-        self._enqueued(target, [job.queue for job in built], ids)
-        return ids
+        return self._write(target, self._enqueue_many_write("enqueue_many", jobs))
 
     def publish(
         self,
@@ -240,14 +253,9 @@ class App(
         options: Mapping[str, Any],
         webhooks_only: bool,
     ) -> int:
-        check_option_names("publish_webhook" if webhooks_only else "publish", options)
-        with connection_for(write_target(self._target(target))) as conn:
-            publication_id, queues, ids = publishing.publish(
-                self.context, conn, topic, payload, options, webhooks_only, need_ids=self.eager
-            )
-        if queues:
-            self._enqueued(target, queues, ids)
-        return publication_id
+        call = "publish_webhook" if webhooks_only else "publish"
+        write = self._publish_write(call, topic, payload, options, webhooks_only)
+        return self._write(target, write)
 
     # ---- subscriptions ------------------------------------------------------------------------
     def add_subscription(

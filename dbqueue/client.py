@@ -110,6 +110,11 @@ def connection_for(target: Any) -> Iterator[Connection]:
     elif isinstance(target, Engine):
         with target.begin() as conn:
             yield conn
+    elif type(target).__module__.startswith("sqlalchemy.ext.asyncio"):
+        raise TypeError(
+            f"cannot enqueue through an {type(target).__name__} synchronously: await the async "
+            "call (app.aenqueue, app.aenqueue_many, app.apublish) with it"
+        )
     else:
         raise TypeError(
             f"cannot enqueue through {type(target).__name__}: pass a SQLAlchemy ORM Session (or "

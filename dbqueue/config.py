@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -80,6 +80,9 @@ class Settings:
     runtime context; a change is a new Settings (``merged``) and so a new context."""
 
     url: str | None = None
+    # The asyncio URL of the same database (aenqueue's own transactions); None: derived from
+    # ``url`` with the database's asyncio driver (postgresql+asyncpg, mysql+aiomysql, ...).
+    async_url: str | None = None
     dialect: str | None = None
     table_prefix: str | None = None
     schema: str | None = None
@@ -112,12 +115,27 @@ class Settings:
     # development); eager_raise: a job that dies there raises EagerJobError to the caller.
     eager: bool = False
     eager_raise: bool = False
+    # Tenant databases: engines kept at once (an LRU cache), connections each keeps idle.
+    tenant_cache_size: int | None = None
+    tenant_pool_size: int | None = None
+    # The seed's multi-database mode: tenant → database credentials from an HTTP API behind
+    # an OAuth token (MULTI_DATABASE*, OAUTH_TOKEN_URL). Secrets stay out of reprs.
+    multi_database: bool = False
+    multi_database_user: str | None = None
+    multi_database_password: str | None = field(default=None, repr=False)
+    multi_database_client_id: str | None = None
+    multi_database_credentials_url: str | None = None
+    oauth_token_url: str | None = None
+    # Grafana Loki log shipping (the seed's GRAFANA_URL, labelled with ENV).
+    grafana_url: str | None = None
+    env: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {
             "url": env_first(env, "DBQUEUE_URL"),
+            "async_url": env_first(env, "DBQUEUE_ASYNC_URL"),
             "dialect": env_first(env, "DBQUEUE_DIALECT", "DB_DIALECT"),
             "table_prefix": env.get("DBQUEUE_TABLE_PREFIX"),
             "schema": env_first(env, "DBQUEUE_SCHEMA"),
@@ -151,6 +169,7 @@ class Settings:
             if (v := env_first(env, variable)) is not None:
                 values[attribute] = parse_minutes(v, variable)
         values.update(_lock_server_from_env(env, values["strategy"]))
+        values.update(_tenants_from_env(env))
         return cls(**values)
 
     def merged(self, **overrides: Any) -> Settings:
@@ -197,6 +216,29 @@ def _lock_server_from_env(env: Mapping[str, str], strategy: str | None) -> dict[
         parse_number(notify_port, "NOTIFY_SERVICE_PORT", int, minimum=1)
         values["lock_server"] = f"{host}:{lock_port}"
         values["notify_server"] = f"{host}:{notify_port}"
+    return values
+
+
+def _tenants_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """The seed's multi-database variables (names kept, the misspelt CREDETIALS included),
+    dbqueue's tenant cache settings, and the Grafana ones."""
+    values: dict[str, Any] = {
+        "multi_database_user": env_first(env, "MULTI_DATABASE_USER"),
+        "multi_database_password": env_first(env, "MULTI_DATABASE_PASSWORD"),
+        "multi_database_client_id": env_first(env, "MULTI_DATABASE_CLIENT_ID"),
+        "multi_database_credentials_url": env_first(env, "MULTI_DATABASE_API_CREDETIALS_URL"),
+        "oauth_token_url": env_first(env, "OAUTH_TOKEN_URL"),
+        "grafana_url": env_first(env, "GRAFANA_URL"),
+        "env": env_first(env, "ENV"),
+    }
+    if (v := env_first(env, "MULTI_DATABASE")) is not None:
+        values["multi_database"] = parse_bool(v, "MULTI_DATABASE")
+    for attribute, variable in (
+        ("tenant_cache_size", "DBQUEUE_TENANT_CACHE_SIZE"),
+        ("tenant_pool_size", "DBQUEUE_TENANT_POOL_SIZE"),
+    ):
+        if (v := env_first(env, variable)) is not None:
+            values[attribute] = parse_number(v, variable, int, minimum=1)
     return values
 
 

@@ -56,6 +56,12 @@ class AttemptFailed(DbqueueError):
     """
 
 
+class TenantDatabaseError(AttemptFailed):
+    """A job's tenant database could not be opened (no tenant, an unknown one, a refused
+    token, an unreachable server): a failed attempt naming the tenant and the cause, retried
+    and dead-lettered by the usual rules."""
+
+
 class JobFailedError(DbqueueError):
     """The job whose result was asked for is dead: its attempts ran out, or its handler raised
     ``Discard``. ``job_id`` names it and ``last_error`` holds the last attempt's message (the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
@@ -21,22 +22,26 @@ if TYPE_CHECKING:
 SUBSCRIBER_OPTIONS = ("queue", "priority", "max_attempts")
 
 
-def publish(
+@dataclass(frozen=True)
+class Publication:
+    """A validated, encoded publication, before anything touches the database."""
+
+    topic: str
+    template: NewJob
+    explicit: Mapping[str, Any]
+    webhooks_only: bool
+
+
+def prepare(
     context: RuntimeContext,
-    conn: Connection,
     topic: str,
     payload: Any,
     options: Mapping[str, Any],
     webhooks_only: bool,
-    need_ids: bool = False,
-) -> tuple[int, list[str], list[int]]:
-    """Insert the publication and its deliveries on ``conn``; returns the publication id, the
-    deliveries' queues (to wake once committed) and their ids (``need_ids``: on every
-    database, see ``insert_many``)."""
+) -> Publication:
     check_task_name(topic)
     explicit = {name: options.get(name) for name in SUBSCRIBER_OPTIONS}
     others = {k: v for k, v in options.items() if k not in SUBSCRIBER_OPTIONS}
-    # Validated and encoded once, before anything touches the database.
     template = build_job(
         topic,
         payload,
@@ -46,6 +51,20 @@ def publish(
         max_payload_bytes=context.max_payload_bytes,
         **others,
     )
+    return Publication(topic, template, explicit, webhooks_only)
+
+
+def publish(
+    context: RuntimeContext,
+    conn: Connection,
+    publication: Publication,
+    need_ids: bool = False,
+) -> tuple[int, list[str], list[int]]:
+    """Insert the publication and its deliveries on ``conn``; returns the publication id, the
+    deliveries' queues (to wake once committed) and their ids (``need_ids``: on every
+    database, see ``insert_many``)."""
+    template, explicit = publication.template, publication.explicit
+    topic, webhooks_only = publication.topic, publication.webhooks_only
     record = dataclasses.replace(
         template, delay=None, run_at=None, subscription_id=PUBLICATION_MARKER
     )

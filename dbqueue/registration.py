@@ -11,7 +11,7 @@ from .client import _check_int
 from .errors import ConfigurationError
 from .identifiers import check_subscription_id
 from .retry import Backoff, linear_backoff
-from .tasks import BatchOptions, Handler, TaskDefinition
+from .tasks import BatchOptions, Handler, TaskDefinition, for_tenants
 
 if TYPE_CHECKING:
     from .runtime import RuntimeContext
@@ -30,6 +30,8 @@ class HandlerOptions(TypedDict, total=False):
     backoff: Backoff | None  # attempt -> seconds before the retry
     retry_base_interval: float | None  # or: base × attempt (not with backoff)
     dead_handler: Handler | None  # runs once the job's attempts are exhausted
+    # handler(job, session, tenant_session): an ORM Session on the job's tenant's database
+    tenant_database: bool | None
 
 
 def _definition(
@@ -43,14 +45,20 @@ def _definition(
         raise ConfigurationError("pass either backoff or retry_base_interval, not both")
     if base_interval is not None:
         backoff = linear_backoff(base_interval)
+    tenant = options.get("tenant_database")
+    if tenant and extra.get("batch") is not None:
+        raise ConfigurationError(
+            f"batch_task {name!r}: tenant_database=True is for @app.task (a batch's jobs may "
+            "belong to different tenants): open the tenants' databases in the handler instead"
+        )
     return TaskDefinition(
         name=name,
-        handler=handler,
+        handler=for_tenants(handler, tenant),
         queue=options.get("queue"),
         priority=options.get("priority"),
         max_attempts=options.get("max_attempts"),
         backoff=backoff,
-        dead_handler=options.get("dead_handler"),
+        dead_handler=for_tenants(options.get("dead_handler"), tenant),
         **extra,
     )
 
@@ -75,6 +83,10 @@ class HandlerRegistration:
         App's retry delay for it; ``dead_handler`` runs once the job's attempts are exhausted.
         ``timeout``: seconds a run may take; past it the attempt fails with JobTimeoutError
         and is retried by the usual rules (overrides the worker's ``job_timeout``).
+        ``tenant_database=True``: the handler (and ``dead_handler``) is called
+        ``handler(job, session, tenant_session)``, ``tenant_session`` an ORM Session on the
+        database of ``job.tenant`` (``App(tenant_databases=…)``), committed right before the
+        job's completion commits, rolled back when the handler fails.
         """
         _definition("task", name or "-", _no_handler, options)  # options checked now
 
@@ -143,12 +155,13 @@ class HandlerRegistration:
         (database gone, a bug), a worker thread's, a start or stop hook's, a fatal one."""
         return self.context.registry.hooks.add("on_error", fn)  # type: ignore[no-any-return]
 
-    def dead_handler(self, task: str) -> Callable[[H], H]:
+    def dead_handler(self, task: str, *, tenant_database: bool = False) -> Callable[[H], H]:
         """Register ``handler(job, session)`` to run on a task's dead-letter jobs
-        (``job.dead`` is True and ``job.live_id`` is the id of the job that died)."""
+        (``job.dead`` is True and ``job.live_id`` is the id of the job that died);
+        ``tenant_database=True``: ``handler(job, session, tenant_session)``, as for tasks."""
 
         def register(handler: H) -> H:
-            self.context.registry.add_dead_handler(task, handler)
+            self.context.registry.add_dead_handler(task, for_tenants(handler, tenant_database))
             return handler
 
         return register
@@ -179,14 +192,17 @@ class HandlerRegistration:
 
         return register
 
-    def dead_subscriber(self, topic: str, subscription_id: str) -> Callable[[H], H]:
+    def dead_subscriber(
+        self, topic: str, subscription_id: str, *, tenant_database: bool = False
+    ) -> Callable[[H], H]:
         """Register ``handler(job, session)`` for a subscription's deliveries whose attempts are
         exhausted (``job.dead`` is True, ``job.live_id`` is the delivery that died). A webhook
-        subscription may have one too."""
+        subscription may have one too. ``tenant_database`` as for ``task``."""
         check_subscription_id(subscription_id)
 
         def register(handler: H) -> H:
-            self.context.registry.add_dead_subscriber(topic, subscription_id, handler)
+            wrapped = for_tenants(handler, tenant_database)
+            self.context.registry.add_dead_subscriber(topic, subscription_id, wrapped)
             return handler
 
         return register

@@ -9,6 +9,7 @@ nowhere else), the retry policy and the start-up checks. A change of settings is
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import threading
@@ -33,10 +34,13 @@ from .pubsub import SubscriptionStore
 from .retry import DEFAULT_BASE_INTERVAL, Backoff, linear_backoff
 from .schema import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, TableNames, tables_for, workers_table
 from .tasks import TaskRegistry
+from .tenants import TenantDatabases, TenantSource
 from .wakeup import Notifier
 from .webhooks import DEFAULT_WEBHOOK_TIMEOUT, WebhookHandler, WebhookSender
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from .strategies import ClaimStrategy
 
 
@@ -59,6 +63,8 @@ class RuntimeContext:
         environ: Mapping[str, str] | None = None,
         local_workers: weakref.WeakSet[Any] | None = None,
         instruments: Instruments | None = None,
+        tenant_databases: TenantSource | None = None,
+        tenants: TenantDatabases | None = None,
     ) -> None:
         self.settings = settings
         #: Metrics and tracing observers, shared by every context reconfigured from this one.
@@ -96,10 +102,19 @@ class RuntimeContext:
         self.local_workers: weakref.WeakSet[Any] = (
             local_workers if local_workers is not None else weakref.WeakSet()
         )
+        #: The tenants' databases (``App(tenant_databases=…)`` / MULTI_DATABASE), or None.
+        self.tenants = (
+            tenants
+            if tenants is not None
+            else TenantDatabases.configure(tenant_databases, settings)
+        )
         self._environ = environ
         self._engine = engine
         self._lock = threading.Lock()
         self._queue_engines: dict[int, QueueEngine] = {}
+        self._async_engines: weakref.WeakKeyDictionary[Any, AsyncEngine] = (
+            weakref.WeakKeyDictionary()
+        )
         self._cancel_requests: cancellation.RequestStore | None = None
         self._workers_engine: Engine | bool | None = None
 
@@ -118,6 +133,7 @@ class RuntimeContext:
             environ=self._environ,
             local_workers=self.local_workers,
             instruments=self.instruments,
+            tenants=self.tenants,
         )
 
     # ---- the database -------------------------------------------------------------------------
@@ -138,6 +154,32 @@ class RuntimeContext:
     def create_engine(self, **kwargs: Any) -> Engine:
         """A new engine on the queue's database, configured the way dbqueue needs it."""
         return dialects.create_engine(self.url, **kwargs)
+
+    @property
+    def has_async_driver(self) -> bool:
+        """Whether this database has an asyncio driver (else aenqueue runs the sync path in a
+        thread)."""
+        return bool(self.settings.async_url) or self.dialect_class().async_driver is not None
+
+    def async_engine(self) -> AsyncEngine:
+        """dbqueue's own asyncio engine for the running event loop: an asyncio connection
+        belongs to the loop that opened it, so each loop gets a pool of its own."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            found = self._async_engines.get(loop)
+            if found is None:
+                found = self._async_engines[loop] = self.create_async_engine()
+            return found
+
+    def forget_async_engine(self) -> AsyncEngine | None:
+        """Stop using the running loop's asyncio engine; returns it (to dispose), if any."""
+        with self._lock:
+            return self._async_engines.pop(asyncio.get_running_loop(), None)
+
+    def create_async_engine(self, **kwargs: Any) -> AsyncEngine:
+        """A new asyncio engine on the queue's database (``async_url``, else ``url`` with the
+        database's asyncio driver), configured the way dbqueue needs it."""
+        return dialects.create_async_engine(self.settings.async_url or self.url, **kwargs)
 
     def dialect_class(self) -> type[dialects.Dialect]:
         """The database's module, known without connecting."""

@@ -50,6 +50,31 @@ class TaskDefinition:
 ANY_TOPIC = "*"
 
 
+@dataclass(frozen=True)
+class TenantHandler:
+    """A handler that takes the tenant's database session too: ``handler(job, session,
+    tenant_session)`` (``tenant_database=True``). The worker opens the session on the job's
+    tenant and calls ``call``; equal when they wrap the same function."""
+
+    handler: Handler
+
+    def call(self, job: Job, session: Any, tenant_session: Any) -> Any:
+        return self.handler(job, session, tenant_session)
+
+    def __call__(self, job: Job, session: Any) -> Any:
+        raise TypeError(
+            f"{_describe(self.handler)} takes the tenant's database (tenant_database=True): "
+            "only a worker can call it"
+        )
+
+
+def for_tenants(handler: Any, tenant_database: bool | None) -> Any:
+    """The handler as registered: wrapped when it takes the tenant's database."""
+    if not tenant_database or handler is None or isinstance(handler, TenantHandler):
+        return handler
+    return TenantHandler(handler)
+
+
 class TaskRegistry:
     """Task name → definition, and (topic, subscription id) → subscriber definition.
 
@@ -246,7 +271,7 @@ def _check_not_twice(what: str, existing: TaskDefinition | None, new: TaskDefini
         existing is not None
         and existing.handler is not None
         and new.handler is not None
-        and existing.handler is not new.handler
+        and existing.handler != new.handler
     ):
         raise ConfigurationError(
             f"{what} is registered twice ({_describe(existing.handler)} and "
@@ -272,6 +297,8 @@ def check_not_async(handler: Handler | None, what: str) -> None:
 
 
 def is_async_callable(handler: Any) -> bool:
+    if isinstance(handler, TenantHandler):
+        handler = handler.handler
     while isinstance(handler, functools.partial):
         handler = handler.func
     call = getattr(handler, "__call__", None)  # noqa: B004 - an instance with async __call__
@@ -293,5 +320,7 @@ def check_timeout(value: Any, what: str) -> float:
 
 
 def _describe(handler: Handler) -> str:
+    if isinstance(handler, TenantHandler):
+        handler = handler.handler
     module = getattr(handler, "__module__", "?")
     return f"{module}.{getattr(handler, '__qualname__', repr(handler))}"

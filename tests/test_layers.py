@@ -44,6 +44,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "worker": ("dbqueue.worker", "dbqueue.lockserver.serve"),
     # app: the user-facing facade (registration, enqueue/publish, sync and async) and its parts.
     "app": (
+        "dbqueue.aio",
         "dbqueue.app",
         "dbqueue.calls",
         "dbqueue.cancel_api",
@@ -58,9 +59,16 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.scheduling",
         "dbqueue.tracing",
         "dbqueue.wakeups",
+        "dbqueue.writes",
     ),
     # runtime: the runtime context (settings, engines, strategy resolution) and maintenance.
-    "runtime": ("dbqueue.runtime", "dbqueue.maintenance", "dbqueue.cancellation"),
+    "runtime": (
+        "dbqueue.runtime",
+        "dbqueue.maintenance",
+        "dbqueue.cancellation",
+        "dbqueue.tenants",
+        "dbqueue.credentials",
+    ),
     # engine: the job lifecycle in SQLAlchemy Core, compiled statements, migrations (and their
     # place in an application's own Alembic project), pub/sub.
     "engine": (
@@ -96,6 +104,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.poollog",
         "dbqueue.logs",
         "dbqueue.periodic",
+        "dbqueue.grafana",
     ),
 }
 

@@ -10,6 +10,7 @@ variables, LOG_DEBUG included.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from ..identifiers import check_subscription_id
 from ..job import Job
 from ..pubsub import Subscription
 from ..results import Message
-from ..tasks import ANY_TOPIC, TaskDefinition
+from ..tasks import ANY_TOPIC, TaskDefinition, TenantHandler
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,13 +67,18 @@ class WorkerBase(_SeedWorker):
 
     It handles every task on its queue (QUEUE_NAME, else 'default'); configuration comes from
     the environment like the seed's (DBQUEUE_URL or DB_HOST/DB_PORT/DB_BASE/DB_USER/DB_PASS,
-    QUEUE_TABLE, QUEUE_MAX_RETRY, QUEUE_BASE_INTERVAL_RETRY, LOG_DEBUG, …).
+    QUEUE_TABLE, QUEUE_MAX_RETRY, QUEUE_BASE_INTERVAL_RETRY, LOG_DEBUG, …). An ``execute`` /
+    ``execute_dead`` that declares ``multi_db_conn`` (the seed's multi-database mode) gets an
+    ORM Session on the job's tenant's database under that name (MULTI_DATABASE=true, or
+    ``App(tenant_databases=…)``).
     """
 
     def __init__(self, app: App | None = None, **worker_options: Any) -> None:
         super().__init__(app, **worker_options)
         self.app.registry.catch_all = TaskDefinition(
-            name="*", handler=self._run_execute, dead_handler=self._run_execute_dead
+            name="*",
+            handler=_seed_handler(self.app, self.execute, self._run_execute),
+            dead_handler=_seed_handler(self.app, self.execute_dead, self._run_execute_dead),
         )
 
     def execute(self, payload: Any, job: Job, session: Any) -> Any:
@@ -87,11 +93,38 @@ class WorkerBase(_SeedWorker):
         )
         return f"dead task of job {job.live_id} logged"
 
-    def _run_execute(self, job: Job, session: Any) -> Any:
-        return seed_outcome(self.execute(job.payload, job, session))
+    def _run_execute(self, job: Job, session: Any, *tenant: Any) -> Any:
+        return seed_outcome(self.execute(job.payload, job, session, **_multi_db(tenant)))
 
-    def _run_execute_dead(self, job: Job, session: Any) -> Any:
-        return seed_outcome(self.execute_dead(job.payload, job, session))
+    def _run_execute_dead(self, job: Job, session: Any, *tenant: Any) -> Any:
+        return seed_outcome(self.execute_dead(job.payload, job, session, **_multi_db(tenant)))
+
+
+MULTI_DB_CONN = "multi_db_conn"
+
+
+def takes_multi_db_conn(method: Callable[..., Any]) -> bool:
+    """Whether a seed method declares the seed's ``multi_db_conn`` parameter (version 1.2's
+    multi-database mode): it then gets an ORM Session on the job's tenant's database."""
+    try:
+        return MULTI_DB_CONN in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _multi_db(tenant: tuple[Any, ...]) -> dict[str, Any]:
+    return {MULTI_DB_CONN: tenant[0]} if tenant else {}
+
+
+def _seed_handler(app: App, method: Callable[..., Any], runner: Callable[..., Any]) -> Any:
+    """``runner`` registered as is, or, when ``method`` declares ``multi_db_conn``, as a
+    handler taking the tenant's session (passed on as ``multi_db_conn``). Without tenant
+    databases (MULTI_DATABASE unset, as in the seed) ``multi_db_conn`` is None."""
+    if not takes_multi_db_conn(method):
+        return runner
+    if app.context.tenants is None:
+        return lambda job, session: runner(job, session, None)
+    return TenantHandler(lambda job, session, tenant: runner(job, session, tenant))
 
 
 def seed_outcome(value: Any) -> Any:
@@ -161,17 +194,24 @@ class WorkerPubSubBase(_SeedWorker):
                 type(self).__name__,
             )
 
-    def _adapter(self, method: Callable[..., Any]) -> Callable[[Job, Any], Any]:
+    def _adapter(self, method: Callable[..., Any]) -> Any:
         """``handler(job, session)`` calling the seed-style ``method(payload, subscription,
-        job, session)``."""
+        job, session)`` (``handler(job, session, tenant_session)`` when the method declares
+        ``multi_db_conn``)."""
 
-        def handler(job: Job, session: Any) -> Any:
+        def handler(job: Job, session: Any, *tenant: Any) -> Any:
             subscription = self._subscription(job, session)
-            return seed_outcome(method(job.payload, subscription, job, session))
+            return seed_outcome(
+                method(job.payload, subscription, job, session, **_multi_db(tenant))
+            )
 
         handler.__qualname__ = getattr(method, "__qualname__", repr(method))
         handler.__module__ = getattr(method, "__module__", __name__)
-        return handler
+        if not takes_multi_db_conn(method):
+            return handler
+        if self.app.context.tenants is None:  # not in multi-database mode: None, as the seed
+            return lambda job, session: handler(job, session, None)
+        return TenantHandler(handler)
 
     def _subscription(self, job: Job, session: Any) -> Subscription:
         assert job.subscription_id is not None

@@ -4,7 +4,7 @@ factory that configures SQLAlchemy the way each database needs it."""
 from __future__ import annotations
 
 from .base import WRITE_INTENT, Dialect
-from .connect import create_engine, is_configured, resolve_url
+from .connect import create_async_engine, create_engine, is_configured, resolve_url
 from .mysql import MySQLDialect
 from .postgresql import PostgresDialect
 from .registry import (
@@ -28,6 +28,7 @@ __all__ = [
     "DIALECT_NAMES",
     "class_for_sqlalchemy_name",
     "class_for_url",
+    "create_async_engine",
     "create_engine",
     "for_sqlalchemy",
     "is_configured",

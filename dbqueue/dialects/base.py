@@ -36,6 +36,9 @@ class Dialect(abc.ABC):
     #: driver part of URLs built from DB_HOST/DB_PORT/... variables.
     url_driver: ClassVar[str]
     default_port: ClassVar[int | None] = None
+    #: the asyncio driver async handlers and async enqueue use (``dbqueue[asyncio]``), None:
+    #: the database has no async path.
+    async_driver: ClassVar[str | None] = None
     #: claim strategy used when none is asked for.
     default_strategy: ClassVar[str]
 
@@ -194,6 +197,15 @@ class Dialect(abc.ABC):
         """The URL as SQLAlchemy must get it: common spellings made ones it loads, with the
         driver dbqueue installs where the URL names none (engines and offline migrations)."""
         return url
+
+    @classmethod
+    def async_url(cls, url: sa.engine.URL) -> sa.engine.URL | None:
+        """The URL with this database's asyncio driver in place of the one it names; None where
+        the database has no async path."""
+        if cls.async_driver is None:
+            return None
+        backend = cls.normalize_url(url).drivername.partition("+")[0]
+        return url.set(drivername=f"{backend}+{cls.async_driver}")
 
     def check_connection(self, conn: Connection) -> None:
         """Refuse, with the fix, a connection configured in a way dbqueue cannot work with."""

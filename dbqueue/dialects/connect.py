@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..config import DEFAULT_SQLITE_URL, env_first, parse_number, parse_url
 from ..errors import ConfigurationError
@@ -103,3 +106,39 @@ def create_engine(url: str | sa.engine.URL, **kwargs: Any) -> Engine:
     quiet_reset_failures(engine)
     _CONFIGURED.add(engine.pool)
     return engine
+
+
+def create_async_engine(url: str | sa.engine.URL, **kwargs: Any) -> AsyncEngine:
+    """An asyncio engine on ``url``'s database (its async driver, ``dbqueue[asyncio]``), set up
+    like ``create_engine``'s: the same options and connect-time hooks, on its sync_engine."""
+    parsed = parse_url(url) if isinstance(url, str) else url
+    cls = class_for_url(parsed)
+    cls.check_url(parsed)
+    async_url = parsed if _names_async_driver(parsed) else cls.async_url(parsed)
+    if async_url is None:
+        raise ConfigurationError(
+            f"{cls.name} has no asyncio driver: async handlers and async enqueue run on "
+            "PostgreSQL, MySQL/MariaDB and SQLite; make the handler a plain def"
+        )
+    options = {**cls.engine_kwargs(), **kwargs}
+    try:
+        from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
+
+        engine = sa_create_async_engine(async_url, **options)
+    except (sa.exc.NoSuchModuleError, ImportError) as exc:
+        raise ConfigurationError(
+            f"async handlers on {cls.name} need the {cls.async_driver} driver "
+            f"({str(exc).strip().splitlines()[0]}): pip install 'dbqueue[asyncio]'"
+        ) from None
+    cls.configure_engine(engine.sync_engine)
+    quiet_reset_failures(engine.sync_engine)
+    _CONFIGURED.add(engine.sync_engine.pool)
+    return engine
+
+
+def _names_async_driver(url: sa.engine.URL) -> bool:
+    """Whether ``url`` already names an asyncio driver (mysql+asyncmy://): kept as it is."""
+    try:
+        return bool(url.get_dialect().is_async)
+    except (sa.exc.NoSuchModuleError, ImportError):
+        return False

@@ -44,6 +44,7 @@ class MySQLDialect(Dialect):
     name = "mysql"
     sqlalchemy_names = ("mysql", "mariadb")
     url_driver = "mysql+pymysql"
+    async_driver = "aiomysql"
     default_port = 3306
     default_strategy = "skip_locked"
 

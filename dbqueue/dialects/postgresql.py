@@ -40,6 +40,7 @@ class PostgresDialect(Dialect):
     # Heroku, Render and libpq's own URIs say postgres://, a name SQLAlchemy dropped in 1.4.
     url_aliases = ("postgres",)
     url_driver = "postgresql+psycopg2"
+    async_driver = "asyncpg"
     default_port = 5432
     default_strategy = "skip_locked"
 

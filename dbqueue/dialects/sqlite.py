@@ -53,6 +53,7 @@ class SQLiteDialect(Dialect):
     name = "sqlite"
     sqlalchemy_names = ("sqlite",)
     url_driver = "sqlite"
+    async_driver = "aiosqlite"
     default_strategy = "sqlite"
     single_writer = True
     needs_batch_alter = True

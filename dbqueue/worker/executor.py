@@ -104,6 +104,8 @@ class BatchExecutor(HandlerCalls):
         self.run_jobs = self.run_group if job_log is None else job_log.timed_group(self.run_group)
         #: Awaited jobs (app.call) whose end is pushed after the commit (the lock server).
         self.finished = FinishedJobs(notifier, context.names.qualified_jobs)
+        #: Where handlers registered with tenant_database=True find the job's tenant database.
+        self.tenants = context.tenants
 
     # ---- in-transaction claims ----------------------------------------------------------------
     def execute(
@@ -252,7 +254,9 @@ class BatchExecutor(HandlerCalls):
         self._watch(conn, jobs)
         todo = units(self.registry, jobs)
         for index, unit in enumerate(todo):
-            if should_stop():  # never started: given back untouched
+            # A job that used a tenant database ends its batch: its tenant commit is then
+            # immediately followed by the batch's (the job's completion) commit.
+            if should_stop() or session.tenant_used:  # never started: given back untouched
                 ran.unstarted += [job for later in todo[index:] for job in later]
                 break
             outcomes, _ = self._run_unit(session, unit)

@@ -16,12 +16,15 @@ from ..errors import AttemptFailed, DbqueueError, Discard, JobCancelledError, Jo
 from ..job import Job, MalformedPayload
 from ..results import encode_result
 from ..retry import BACKOFF, Requested
+from ..tasks import TenantHandler
+from ..tenants import bind as bind_tenant
 from .session import JobSession
 from .watchdog import Abandoned, HandlerCancelled, HandlerTimeout, Slot, Watchdog
 
 if TYPE_CHECKING:
     from ..hooks import WorkerHooks
     from ..tasks import Handler, TaskDefinition, TaskRegistry
+    from ..tenants import TenantDatabases
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -141,6 +144,7 @@ class HandlerCalls:
     watchdog: Watchdog | None
     slot: Slot | None
     default_timeout: float | None
+    tenants: TenantDatabases | None
 
     def run_one(self, session: JobSession, job: Job) -> Outcome:
         try:
@@ -149,6 +153,8 @@ class HandlerCalls:
             return Outcome(False, str(exc))
         if isinstance(job.payload, MalformedPayload):
             return _malformed(job)
+        if isinstance(handler, TenantHandler):
+            handler = bind_tenant(self.tenants, handler, session)
         try:
             value = self._call(definition, handler, job, [job], session)
             stored = None if value is None else encode_result(value, self.max_result_bytes)

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 
 from .. import dialects
 from ..errors import ConfigurationError
+from ..grafana import LokiShipper
 from ..identifiers import check_queue_name
 from ..limits import check_queue_limits
 from ..maintenance import Maintenance, MaintenanceSettings
@@ -153,6 +154,7 @@ class Worker(ClaimLoop, AbandonedThreads):
         self.cancel_poller: CancelPoller | None = None
         self._abandoned: queue_module.SimpleQueue[Slot] = queue_module.SimpleQueue()
         self.summary = WorkerSummary()
+        self.log_shipper: LokiShipper | None = None
         self._stop = threading.Event()
         self._signal = WakeSignal()
         self._early_wakes = 0
@@ -190,6 +192,17 @@ class Worker(ClaimLoop, AbandonedThreads):
 
     # ---- main ---------------------------------------------------------------------------------
     def run(self) -> WorkerSummary:
+        """Run until stopped; with GRAFANA_URL, the log records of the run go to Loki."""
+        self.log_shipper = LokiShipper.from_settings(self.settings)
+        if self.log_shipper is None:
+            return self._run()
+        self.log_shipper.start()
+        try:
+            return self._run()
+        finally:
+            self.log_shipper.stop()
+
+    def _run(self) -> WorkerSummary:
         self._engine = self.context.create_engine(
             pool_size=self.concurrency + 2,
             # Unbounded overflow: a thread abandoned past its timeout (or a cancel request)
@@ -384,6 +397,8 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.strategy.close()
         if self._engine is not None:
             self._engine.dispose()
+        if self.context.tenants is not None:
+            self.context.tenants.dispose()
 
     def _resolve_queues(
         self, queues: Sequence[str] | None, limits: Mapping[str, int] | None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -43,6 +44,11 @@ class JobSession(Session):
             expire_on_commit=False,
         )
         self._savepoint = savepoint
+        #: The tenant database session of the running job (``tenant_database=True``), ended
+        #: with the job: committed by ``keep``, rolled back by ``discard``.
+        self._tenant: Any = None
+        #: A job of this batch used a tenant database: the batch ends after it.
+        self.tenant_used = False
 
     def commit(self) -> None:
         self.flush()
@@ -62,15 +68,27 @@ class JobSession(Session):
     def _used(self) -> bool:
         return self.in_transaction() or bool(self.new)
 
+    def attach_tenant(self, tenant_session: Any) -> None:
+        self._tenant, self.tenant_used = tenant_session, True
+
+    def _end_tenant(self, ok: bool) -> None:
+        tenant, self._tenant = self._tenant, None
+        if tenant is not None:
+            tenant.finish(ok)
+
     def keep(self) -> None:
-        """The handler succeeded: release its savepoint (its writes stay in the transaction)."""
+        """The handler succeeded: commit its tenant session, if any (a failure there fails
+        the job), then release its savepoint (its writes stay in the transaction)."""
+        self._end_tenant(True)
         if self._used():
             Session.commit(self)
             Session.close(self)
 
     def discard(self) -> None:
         """The handler failed: roll back to its savepoint (without one, the executor rolls
-        back the job's whole transaction)."""
+        back the job's whole transaction); its tenant session rolls back."""
+        with contextlib.suppress(Exception):  # a broken tenant connection committed nothing
+            self._end_tenant(False)
         if not self._used():
             return
         try:

@@ -3,7 +3,8 @@
 Endpoints: ``/ok`` answers 200; ``/fail`` answers 500 with a long body that echoes the request's
 Authorization header (to show it is scrubbed); ``/slow`` answers only after the test ends (or
 3 s), so a short webhook timeout expires first; ``/huge`` answers 200 with 5 MB; ``/redirect``
-answers 302 to ``/ok``. ``closed_port()`` gives a port nothing listens on.
+answers 302 to ``/ok``. ``closed_port()`` gives a port nothing listens on. A test adds its own
+endpoints to ``routes``: path → function of the Recorded request → (status, body).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -32,6 +34,7 @@ class RecordingServer:
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
         self.release = threading.Event()  # set at the end: slow answers stop waiting
+        self.routes: dict[str, Callable[[Recorded], tuple[int, bytes]]] = {}
         self._lock = threading.Lock()
         server = self
 
@@ -51,18 +54,21 @@ class RecordingServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 parts = urlsplit(self.path)
-                server._record(
-                    Recorded(
-                        method=self.command,
-                        path=parts.path,
-                        query=parse_qs(parts.query, keep_blank_values=True),
-                        headers=dict(self.headers.items()),
-                        body=body,
-                    )
+                recorded = Recorded(
+                    method=self.command,
+                    path=parts.path,
+                    query=parse_qs(parts.query, keep_blank_values=True),
+                    headers=dict(self.headers.items()),
+                    body=body,
                 )
+                server._record(recorded)
+                route = server.routes.get(parts.path)
                 # The client may stop reading first (its timeout, or its response cap).
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self._answer(parts.path)
+                    if route is not None:
+                        self._send(*route(recorded))
+                    else:
+                        self._answer(parts.path)
 
             def _answer(self, path: str) -> None:
                 if path == "/ok":
