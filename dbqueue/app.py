@@ -25,7 +25,8 @@ from .config import Settings
 from .eager import EagerMode, check_flag
 from .errors import ConfigurationError
 from .job import Status
-from .monitoring import QueueSummary, WorkerInfo, with_running, worker_infos
+from .monitoring import QueueSummary, WorkerInfo, stats_report, with_running, worker_infos
+from .morgue import MorgueAPI
 from .pubsub import Subscription, SubscriptionChanges, new_subscription_values
 from .queues import QueueConfiguration
 from .registration import HandlerRegistration
@@ -58,6 +59,7 @@ class App(
     AsyncClient,
     HandlerRegistration,
     CancelAPI,
+    MorgueAPI,
     PeriodicRegistration,
     QueueConfiguration,
     ResultCalls,
@@ -368,7 +370,7 @@ class App(
         with connection_for(self._target(target)) as conn:
             return self.context.queue_engine(conn).get(conn, job_id)
 
-    # ---- monitoring and the dead-job morgue ---------------------------------------------------
+    # ---- monitoring (the dead-job morgue: dbqueue.morgue) ------------------------------------
     def stats(self, target: Target | None = None) -> list[QueueSummary]:
         """Per queue: ``counts`` (the statuses its rows hold), ``by_status`` (every status,
         zeros included; scheduled apart from available; ``running`` includes the jobs live
@@ -392,16 +394,11 @@ class App(
         ):
             return worker_infos(self.context.queue_engine(registry), registry, include_gone)
 
-    def dead_jobs(
-        self, queue: str | None = None, limit: int = 100, target: Target | None = None
-    ) -> list[dict[str, Any]]:
-        with connection_for(self._target(target)) as conn:
-            return self.context.queue_engine(conn).dead_jobs(conn, queue, limit)
-
-    def requeue_dead(self, ids: Sequence[int], target: Target | None = None) -> list[int]:
-        """Run dead jobs again from attempt 1; returns the ids that were dead and are requeued."""
-        with connection_for(write_target(self._target(target))) as conn:
-            return self.context.queue_engine(conn).requeue_dead(conn, list(ids))
+    def stats_report(self, target: Target | None = None) -> dict[str, Any]:
+        """What ``/api/v1/stats`` and ``dbqueue stats --json`` return, in Lowkiq's shape:
+        ``{"total": {...}, "by_queue": {queue: {...}}}``, each with ``length`` (waiting jobs),
+        ``morgue_length`` (dead jobs), ``lag`` (seconds) and ``counts`` (every status)."""
+        return stats_report(self.stats(target))
 
     # ---- maintenance --------------------------------------------------------------------------
     def run_maintenance(self, routine: str, *, strategy: str | None = None) -> str:

@@ -41,7 +41,8 @@ from .errors import (
     JobNotFinishedError,
 )
 from .limits import parse_queue_limits
-from .monitoring import STATUS_KEYS
+from .monitoring import STATUS_KEYS, stats_report
+from .morgue import MORGUE_ORDERS
 from .pubsub import PUBLICATION_MARKER, Subscription, parse_header, redact_headers, redact_url
 
 #: Where the chosen log format is kept in click's context, for commands that print to stderr.
@@ -480,10 +481,11 @@ def enqueue(app: App, task: str, payload: str, **options: Any) -> None:
 @database_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def stats(app: App, as_json: bool) -> None:
-    """Jobs per queue and status, and how long the oldest runnable job has waited."""
+    """Jobs per queue and status, and how long the oldest runnable job has waited (--json:
+    the dashboard's /api/v1/stats, in Lowkiq's shape)."""
     rows = app.stats()
     if as_json:
-        click.echo(json.dumps([row.as_dict() for row in rows], indent=2))
+        click.echo(json.dumps(stats_report(rows), indent=2))
         return
     if not rows:
         click.echo("no jobs")
@@ -613,6 +615,61 @@ def server(
     )
 
 
+@cli.command()
+@database_options
+@click.option(
+    "--bind",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="DBQUEUE_DASHBOARD_BIND",
+    help="Address to listen on; any other than loopback needs DBQUEUE_DASHBOARD_TOKEN "
+    "or --read-only.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8787,
+    show_default=True,
+    envvar="DBQUEUE_DASHBOARD_PORT",
+    help="Port to listen on.",
+)
+@click.option("--read-only", is_flag=True, help="No actions: the pages only read.")
+def dashboard(app: App, bind: str, port: int, read_only: bool) -> None:
+    """Serve the web dashboard (token: DBQUEUE_DASHBOARD_TOKEN; needs dbqueue[dashboard])."""
+    try:
+        import uvicorn
+
+        from .dashboard import create_app
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the dashboard needs the dashboard extra ({exc}): pip install 'dbqueue[dashboard]'"
+        ) from None
+    token = os.environ.get("DBQUEUE_DASHBOARD_TOKEN") or None
+    loopback = _is_loopback(bind)
+    if not loopback and token is None and not read_only:
+        raise ConfigurationError(
+            f"--bind {bind} is not a loopback address: set DBQUEUE_DASHBOARD_TOKEN (every page "
+            "and action then asks for it) or pass --read-only"
+        )
+    app.stats()  # reach the database (and its tables) before serving
+    board = create_app(
+        app, token=token, read_only=read_only, actions_without_token=loopback and token is None
+    )
+    click.echo(f"dbqueue dashboard on http://{bind}:{port}/", err=True)
+    uvicorn.run(board, host=bind, port=port, log_level="warning")
+
+
+def _is_loopback(bind: str) -> bool:
+    import ipaddress
+
+    if bind == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return False
+
+
 @cli.group()
 def dead() -> None:
     """The morgue: jobs whose attempts are exhausted."""
@@ -620,12 +677,22 @@ def dead() -> None:
 
 @dead.command("list")
 @database_options
-@click.option("--queue")
+@click.option("--queue", help="Only this queue's dead jobs.")
+@click.option("--task", help="Only this task's dead jobs.")
 @click.option("--limit", default=100, show_default=True)
+@click.option(
+    "--order",
+    type=click.Choice(MORGUE_ORDERS),
+    default="finished_at",
+    show_default=True,
+    help="finished_at: the newest death first; id: the oldest job first.",
+)
 @click.option("--json", "as_json", is_flag=True)
-def dead_list(app: App, queue: str | None, limit: int, as_json: bool) -> None:
-    """List dead jobs, newest first."""
-    rows = app.dead_jobs(queue, limit)
+def dead_list(
+    app: App, queue: str | None, task: str | None, limit: int, order: str, as_json: bool
+) -> None:
+    """List dead jobs, newest death first (or by --order id)."""
+    rows = app.dead_jobs(queue, limit, task=task, order_by=order)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=_json_default))
         return
@@ -640,19 +707,72 @@ def dead_list(app: App, queue: str | None, limit: int, as_json: bool) -> None:
         )
 
 
-@dead.command("requeue")
-@database_options
-@click.argument("ids", nargs=-1, type=int, required=True)
-def dead_requeue(app: App, ids: tuple[int, ...]) -> None:
-    """Run dead jobs again (attempts start over)."""
-    done = app.requeue_dead(ids)
-    missing = sorted(set(ids) - set(done))
-    click.echo(f"requeued {len(done)}: {' '.join(map(str, done)) or '-'}")
+def morgue_action(verb: str) -> Callable[[Callable[..., Any]], Any]:
+    """``dead requeue`` and ``dead delete``: job ids, or --all with an optional filter."""
+
+    def register(command: Callable[..., Any]) -> Any:
+        options = [
+            dead.command(verb, help=command.__doc__),
+            database_options,
+            click.argument("ids", nargs=-1, type=int),
+            click.option(
+                "--all",
+                "every",
+                is_flag=True,
+                help=f"{verb.title()} every dead job (of --task / --queue when given).",
+            ),
+            click.option("--task", help="With --all: only this task's dead jobs."),
+            click.option("--queue", help="With --all: only this queue's dead jobs."),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return register
+
+
+def _morgue_targets(
+    verb: str, ids: tuple[int, ...], every: bool, task: str | None, queue: str | None
+) -> list[int] | None:
+    """The ids to act on, or None for "every dead job the filter matches"."""
+    if ids and every:
+        raise ConfigurationError(f"dead {verb}: give job ids or --all, not both")
+    if (task or queue) and not every:
+        raise ConfigurationError(f"dead {verb}: --task and --queue filter --all; add --all")
+    if not ids and not every:
+        raise ConfigurationError(
+            f"dead {verb}: give the job ids (see `dbqueue dead list`), or --all "
+            "[--task T] [--queue Q] for every dead job"
+        )
+    return None if every else list(ids)
+
+
+def _report_morgue(verb: str, ids: list[int] | None, done: list[int]) -> None:
+    click.echo(f"{verb} {len(done)}: {' '.join(map(str, done)) or '-'}")
+    missing = sorted(set(ids or ()) - set(done))
     if missing:
         raise click.ClickException(
             f"not dead (or no such job): {' '.join(map(str, missing))}; `dbqueue dead list` "
             "shows the dead jobs"
         )
+
+
+@morgue_action("requeue")
+def dead_requeue(
+    app: App, ids: tuple[int, ...], every: bool, task: str | None, queue: str | None
+) -> None:
+    """Run dead jobs again (attempts start over): IDS..., or --all [--task T] [--queue Q]."""
+    chosen = _morgue_targets("requeue", ids, every, task, queue)
+    _report_morgue("requeued", chosen, app.requeue_dead(chosen, task=task, queue=queue))
+
+
+@morgue_action("delete")
+def dead_delete(
+    app: App, ids: tuple[int, ...], every: bool, task: str | None, queue: str | None
+) -> None:
+    """Delete dead jobs for good: IDS..., or --all [--task T] [--queue Q]."""
+    chosen = _morgue_targets("delete", ids, every, task, queue)
+    _report_morgue("deleted", chosen, app.delete_dead(chosen, task=task, queue=queue))
 
 
 @cli.group()

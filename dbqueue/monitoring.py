@@ -114,3 +114,31 @@ def with_running(
     ids = [job["id"] for info in workers for job in info.jobs]
     hidden = engine.still_available(conn, ids) if ids else {}
     return [QueueSummary.of(stats, hidden.get(stats.queue, 0)) for stats in found]
+
+
+def stats_report(summaries: list[QueueSummary]) -> dict[str, Any]:
+    """``/api/v1/stats`` and ``dbqueue stats --json``, in Lowkiq's shape: per queue and in
+    total, ``length`` (jobs waiting: runnable now or scheduled), ``morgue_length`` (dead
+    jobs) and ``lag`` (seconds the oldest runnable job has waited; 0 when none waits), plus
+    every status's count. Lowkiq's ``by_worker`` is ``by_queue`` here (a Lowkiq worker owns
+    one queue)."""
+    by_queue = {}
+    for summary in summaries:
+        counts = summary.by_status
+        by_queue[summary.queue] = {
+            "length": counts["available"] + counts["scheduled"],
+            "morgue_length": counts["dead"],
+            "lag": round(summary.oldest_runnable_age or 0.0, 3),
+            "counts": counts,
+        }
+    totals: dict[str, int] = {key: 0 for key in STATUS_KEYS}
+    for entry in by_queue.values():
+        for key, n in entry["counts"].items():
+            totals[key] = totals.get(key, 0) + n
+    total = {
+        "length": sum(e["length"] for e in by_queue.values()),
+        "morgue_length": sum(e["morgue_length"] for e in by_queue.values()),
+        "lag": max((e["lag"] for e in by_queue.values()), default=0.0),
+        "counts": totals,
+    }
+    return {"total": total, "by_queue": by_queue}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure the test databases answer: PostgreSQL (127.0.0.1:5432, user postgres, trust,
-# database "test") and MariaDB (127.0.0.1:3306, root without password, database "test").
+# database "test") and MariaDB (127.0.0.1:3306, root without password, database "test"); and that
+# Chromium and chromedriver are there for the dashboard's browser tests.
 # Already running: returns at once. Installed but stopped: starts them. Missing: installs them
 # with apt-get, then starts and configures them. Idempotent; no systemd needed.
 set -euo pipefail
@@ -109,5 +110,16 @@ SQL
     echo "mariadb: $state"
 }
 
+# ---- Chromium (the dashboard's browser tests drive it headless through chromedriver) ---------
+ensure_chromium() {
+    local state="already installed"
+    if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+        apt_install chromium chromium-driver
+        state="installed"
+    fi
+    echo "chromium: $state"
+}
+
 ensure_postgresql
 ensure_mariadb
+ensure_chromium

@@ -119,10 +119,9 @@ def test_worker_runs_the_apps_tasks_then_stats_and_dead_jobs(cli):
     assert len(cli.database.effect_ids()) == 3
 
     stats_run = cli("stats", "--json")
-    stats = json.loads(stats_run.stdout)
-    assert "cli" in {row["queue"] for row in stats}, (stats, stats_run.stderr, cli.database.jobs())
-    counts = {row["queue"]: row["counts"] for row in stats}
-    assert counts["cli"]["succeeded"] == 3 and counts["default"]["dead"] == 1
+    stats = json.loads(stats_run.stdout)["by_queue"]
+    assert "cli" in stats, (stats, stats_run.stderr, cli.database.jobs())
+    assert stats["cli"]["counts"]["succeeded"] == 3 and stats["default"]["morgue_length"] == 1
     table = cli("stats").stdout
     assert "queue" in table and "cli" in table and "oldest runnable" in table
 
@@ -132,6 +131,31 @@ def test_worker_runs_the_apps_tasks_then_stats_and_dead_jobs(cli):
     requeued = cli("dead", "requeue", str(dead[0]["id"]))
     assert requeued.returncode == 0 and f"requeued 1: {dead[0]['id']}" in requeued.stdout
     one_line_error(cli("dead", "requeue", str(dead[0]["id"])), "not dead", str(dead[0]["id"]))
+
+
+def test_dead_requeue_all_by_filter_delete_and_order(cli):
+    app = cli.database.app(max_attempts=1)
+    ids = [
+        app.enqueue(None, task, {}, queue=queue)
+        for task, queue in [("cli_x", "q1"), ("cli_y", "q1"), ("cli_x", "q2")]
+    ]
+    cli.database.run_worker(app, queues=["q1", "q2"])  # no handler: each dies at once
+    listed = json.loads(cli("dead", "list", "--json", "--order", "id").stdout)
+    assert [d["id"] for d in listed] == ids
+    only_x = json.loads(cli("dead", "list", "--json", "--task", "cli_x").stdout)
+    assert sorted(d["id"] for d in only_x) == [ids[0], ids[2]]
+    one_line_error(cli("dead", "requeue"), "give the job ids", "--all")
+    one_line_error(cli("dead", "requeue", "--task", "cli_x"), "--task and --queue filter --all")
+    one_line_error(cli("dead", "requeue", "--all", str(ids[0])), "not both")
+    done = cli("dead", "requeue", "--all", "--task", "cli_x", "--queue", "q1")
+    assert done.returncode == 0 and f"requeued 1: {ids[0]}" in done.stdout, done.stderr
+    deleted = cli("dead", "delete", str(ids[1]))
+    assert deleted.returncode == 0 and f"deleted 1: {ids[1]}" in deleted.stdout
+    assert cli("dead", "requeue", "--all").stdout.startswith(f"requeued 1: {ids[2]}")
+    assert {j["id"]: j["status"] for j in cli.database.jobs()} == {
+        ids[0]: "available",
+        ids[2]: "available",
+    }
 
 
 def test_enqueue_with_app_uses_the_tasks_options_and_knows_its_names(cli):
@@ -156,27 +180,27 @@ def test_enqueue_with_app_uses_the_tasks_options_and_knows_its_names(cli):
     assert cli("enqueue", "anything_at_all").returncode == 0  # without --app, any name
 
 
-def test_stats_json_has_every_status_of_every_queue(cli):
+def test_stats_json_is_the_stats_report_in_lowkiqs_shape(cli):
     assert cli("enqueue", "cli_effect", "--queue", "cli").returncode == 0
     assert cli("enqueue", "cli_effect", "--queue", "cli", "--delay", "600").returncode == 0
     stats = json.loads(cli("stats", "--json").stdout)
-    assert stats == [
-        {
-            "queue": "cli",
-            "counts": {
-                "available": 1,
-                "scheduled": 1,
-                "running": 0,
-                "succeeded": 0,
-                "dead": 0,
-                "cancelled": 0,
-            },
-            "oldest_runnable_age": stats[0]["oldest_runnable_age"],
-        }
-    ]
+    counts = {
+        "available": 1,
+        "scheduled": 1,
+        "running": 0,
+        "succeeded": 0,
+        "dead": 0,
+        "cancelled": 0,
+    }
+    lag = stats["by_queue"]["cli"]["lag"]
+    assert stats == {
+        "total": {"length": 2, "morgue_length": 0, "lag": lag, "counts": counts},
+        "by_queue": {"cli": {"length": 2, "morgue_length": 0, "lag": lag, "counts": counts}},
+    }
+    assert lag >= 0
     (summary,) = cli.database.app().stats()
     assert summary.counts == {"available": 2}  # as stored, as before
-    assert summary.by_status == stats[0]["counts"]
+    assert summary.by_status == counts
 
 
 def test_worker_max_jobs(cli):

@@ -24,16 +24,20 @@ from dbqueue.cli import cli
 
 #: Commands that run until stopped: run as processes, so a check that lets one through fails
 #: the test instead of hanging it.
-SERVING = {("server",)}
+SERVING = {("server",), ("dashboard",)}
 #: Arguments a command needs to get as far as the database: not to serve, not to collide with
 #: other servers, something to change.
 ALWAYS = {
     ("worker",): ["--burst"],
     ("server",): ["--port", "0", "--notify-port", "0"],
+    ("dashboard",): ["--port", "0"],
     ("subscriptions", "update"): ["--method", "GET"],
 }
 #: Variants of one command that reach the database by different paths.
-VARIANTS = {("migrate",): [[], ["--show"], ["--downgrade"]]}
+VARIANTS = {
+    ("migrate",): [[], ["--show"], ["--downgrade"]],
+    **{("dead", verb): [["999999"], ["--all"]] for verb in ("requeue", "delete")},
+}
 #: On a database without the tables these succeed: they report or create the schema.
 SUCCEED_UNMIGRATED = {("migrate",): "creates the tables", ("migrate", "--show"): "reports none"}
 #: On a database without the tables these succeed, saying there is nothing to do.
@@ -173,7 +177,10 @@ UNKNOWN: dict[tuple[str, ...], list[Unknown]] = {
             migrated=False,
         ),
     ],
-    ("dead", "requeue"): [Unknown(("999999",), ("999999", "not dead", "dbqueue dead list"))],
+    **{
+        ("dead", verb): [Unknown(("999999",), ("999999", "not dead", "dbqueue dead list"))]
+        for verb in ("requeue", "delete")
+    },
     **{
         path: [Unknown(("999999",), ("there is no job 999999", "purged after its retention"))]
         for path in (("result",), ("job", "show"))

@@ -30,7 +30,14 @@ import pytest
 # modules under it. Entries for modules that do not exist (yet) are harmless.
 LAYERS: dict[str, tuple[str, ...]] = {
     # cli: the command line, the demo, and the package __init__ (the public re-exports).
-    "cli": ("dbqueue", "dbqueue.__main__", "dbqueue.cli", "dbqueue.demo", "dbqueue.db_gen"),
+    "cli": (
+        "dbqueue",
+        "dbqueue.__main__",
+        "dbqueue.cli",
+        "dbqueue.demo",
+        "dbqueue.db_gen",
+        "dbqueue.dashboard",
+    ),
     # compat: the seed's names (QueueClient, WorkerBase, ...), built on top of the app.
     "compat": ("dbqueue.compat",),
     # worker: the worker runtime (threads, event loop, signals, limits) and the lock server process.
@@ -45,6 +52,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dbqueue.eager",
         "dbqueue.metrics",
         "dbqueue.monitoring",
+        "dbqueue.morgue",
         "dbqueue.publishing",
         "dbqueue.queues",
         "dbqueue.registration",

@@ -94,14 +94,56 @@ class Queries(UniqueKeys):
         ]
         return result, db_now
 
-    def dead_jobs(self, conn: Connection, queue: str | None, limit: int) -> list[dict[str, Any]]:
+    def dead_jobs(
+        self,
+        conn: Connection,
+        queue: str | None,
+        limit: int,
+        *,
+        task: str | None = None,
+        order_by: str = "finished_at",
+    ) -> list[dict[str, Any]]:
+        """Dead jobs of one queue/task (None: any): ``finished_at`` newest death first,
+        ``id`` oldest job first (the order they were enqueued)."""
         j = self.jobs
-        stmt = sa.select(self.jobs).where(j.c.status == Status.DEAD)
-        if queue is not None:
-            stmt = stmt.where(j.c.queue == queue)
+        order = (j.c.finished_at.desc(), j.c.id.desc()) if order_by == "finished_at" else (j.c.id,)
+        stmt = sa.select(j).where(self._dead(queue, task)).order_by(*order).limit(limit)
         with self.translate_errors():
-            rows = conn.execute(stmt.order_by(j.c.finished_at.desc(), j.c.id.desc()).limit(limit))
-            return [dict(row._mapping) for row in rows]
+            return [dict(row._mapping) for row in conn.execute(stmt)]
+
+    def dead_ids(self, conn: Connection, queue: str | None, task: str | None) -> list[int]:
+        """Every dead job's id matching the filter, locked until the transaction ends so that
+        a concurrent requeue or delete waits for this one instead of reporting the same ids."""
+        j = self.jobs
+        stmt = sa.select(j.c.id).where(self._dead(queue, task)).order_by(j.c.id).with_for_update()
+        with self.translate_errors():
+            return [int(i) for i in conn.execute(stmt).scalars()]
+
+    def _dead(self, queue: str | None, task: str | None) -> sa.ColumnElement:
+        j = self.jobs
+        where = [j.c.status == Status.DEAD]
+        if queue is not None:
+            where.append(j.c.queue == queue)
+        if task is not None:
+            where.append(j.c.task == task)
+        return sa.and_(*where)
+
+    def _dead_among(self, conn: Connection, ids: Sequence[int]) -> list[int]:
+        j = self.jobs
+        found: list[int] = []
+        for chunk in _chunks(ids):
+            stmt = sa.select(j.c.id).where(j.c.id.in_(chunk), j.c.status == Status.DEAD)
+            found.extend(int(i) for i in conn.execute(stmt.with_for_update()).scalars())
+        return sorted(found)
+
+    def delete_dead(self, conn: Connection, ids: Sequence[int]) -> list[int]:
+        """Delete the jobs among ``ids`` that are dead; returns those ids."""
+        j = self.jobs
+        with self.translate_errors():
+            found = self._dead_among(conn, ids)
+            for chunk in _chunks(found):
+                conn.execute(sa.delete(j).where(j.c.id.in_(chunk), j.c.status == Status.DEAD))
+        return found
 
     def requeue_dead(self, conn: Connection, ids: Sequence[int]) -> list[int]:
         """Put dead jobs back to run now with a fresh attempt count (a keyed one at the back of
@@ -109,20 +151,16 @@ class Queries(UniqueKeys):
         unfinished job holds now stays dead."""
         j = self.jobs
         with self.translate_errors():
-            found = (
-                conn.execute(sa.select(j.c.id).where(j.c.id.in_(ids), j.c.status == Status.DEAD))
-                .scalars()
-                .all()
-            )
+            found = self._dead_among(conn, ids)
             if found:
                 found = self.retake_keys(conn, found)
-            if found:
-                now = self.dialect.now()
+            now = self.dialect.now()
+            for chunk in _chunks(found):
                 # previous_message is assigned first: MySQL evaluates SET left to right with the
                 # values already assigned, so it must copy message before message changes.
                 conn.execute(
                     sa.update(j)
-                    .where(j.c.id.in_(found), j.c.status == Status.DEAD)
+                    .where(j.c.id.in_(chunk), j.c.status == Status.DEAD)
                     .ordered_values(
                         (j.c.previous_message, j.c.message),
                         (j.c.previous_status, Status.DEAD),
@@ -135,5 +173,16 @@ class Queries(UniqueKeys):
                         (j.c.updated_at, now),
                     )
                 )
+            if found:
                 self.join_lines(conn, found)  # keyed ones go to the back of their key's line
         return sorted(int(i) for i in found)
+
+
+#: Ids per statement in the morgue's bulk actions (an IN list every database takes).
+CHUNK = 500
+
+
+def _chunks(ids: Sequence[int]) -> Iterable[list[int]]:
+    values = list(ids)
+    for start in range(0, len(values), CHUNK):
+        yield values[start : start + CHUNK]
