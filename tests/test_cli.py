@@ -187,6 +187,7 @@ def test_stats_json_is_the_stats_report_in_lowkiqs_shape(cli):
     counts = {
         "available": 1,
         "scheduled": 1,
+        "blocked": 0,
         "running": 0,
         "succeeded": 0,
         "dead": 0,

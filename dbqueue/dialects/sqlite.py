@@ -68,6 +68,11 @@ class SQLiteDialect(Dialect):
         modifier = sa.func.printf("%+.6f seconds", seconds_expression(seconds))
         return sa.func.strftime(_CLOCK_FORMAT, "now", modifier)
 
+    def take_write_lock(self, conn: Any, table: sa.Table) -> None:
+        # A write statement takes the lock when it starts, whether or not a row matches, and
+        # waits for it (busy timeout); one that matches nothing changes nothing.
+        conn.execute(sa.update(table).where(sa.false()).values({table.c.id: table.c.id}))
+
     def insert_unless_present(self, table: sa.Table) -> sa.Insert:
         return sqlite.insert(table).on_conflict_do_nothing()  # SQLite >= 3.24
 

@@ -59,8 +59,11 @@ class Cancels(UniqueRelease, Keys):
         row another transaction holds is left alone (a claim holds it: the job is running)."""
         j = self.jobs
         free = list(ids)
+        if not free:
+            return []
         with self.translate_errors():
-            heads = self.lock_lines(conn, free) if free else {}
+            self.dialect.take_write_lock(conn, j)
+            heads = self.lock_lines(conn, free)
         if free and self.dialect.supports_skip_locked:
             with self.translate_errors():
                 free = list(

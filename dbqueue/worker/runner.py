@@ -228,12 +228,14 @@ class Worker(ClaimLoop, AbandonedThreads):
         hooks = self.context.registry.hooks
         started = False
         try:
-            self._start_up()
-            hooks.worker_started(self)
-            started = True
-            if self.max_runtime is not None:
-                self._deadline = time.monotonic() + self.max_runtime
+            # Installed before start-up: a SIGTERM that arrives while the worker registers
+            # itself or starts its threads is a graceful stop, not the default (a kill).
             with self._signals():
+                self._start_up()
+                hooks.worker_started(self)
+                started = True
+                if self.max_runtime is not None:
+                    self._deadline = time.monotonic() + self.max_runtime
                 self._supervise()
         except Exception as exc:
             hooks.report(exc, self)

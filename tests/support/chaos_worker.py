@@ -56,8 +56,9 @@ def build_app(url: str, prefix: str, async_handlers: bool = False) -> dbqueue.Ap
 
         @app.task("chaos")
         async def async_chaos(job: dbqueue.Job, session) -> None:
-            await session.execute(runs.insert().values(job_id=job.id, pid=os.getpid()))
+            started = time.time()
             await asyncio.sleep(random.uniform(0, 0.01))
+            await session.execute(runs.insert().values(**run_row(job, started)))
 
         return app
 
@@ -65,18 +66,21 @@ def build_app(url: str, prefix: str, async_handlers: bool = False) -> dbqueue.Ap
     def chaos(job: dbqueue.Job, session) -> None:
         started = time.time()
         time.sleep(random.uniform(0, 0.01))
-        session.execute(
-            runs.insert().values(
-                job_id=job.id,
-                pid=os.getpid(),
-                key=job.key,
-                n=(job.payload or {}).get("n"),
-                started=started,
-                ended=time.time(),
-            )
-        )
+        session.execute(runs.insert().values(**run_row(job, started)))
 
     return app
+
+
+def run_row(job: dbqueue.Job, started: float) -> dict:
+    """The run's row: keyed jobs record their key, number and times (order, no overlap)."""
+    return {
+        "job_id": job.id,
+        "pid": os.getpid(),
+        "key": job.key,
+        "n": (job.payload or {}).get("n"),
+        "started": started,
+        "ended": time.time(),
+    }
 
 
 def main() -> int:

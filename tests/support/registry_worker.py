@@ -25,6 +25,7 @@ def start_worker(backend, log: Path, port: int | None, env_extra: dict | None = 
     command += ["--server", backend.server] if backend.server else []
     command += ["--app", "support.registry_app:app", "--queue", QUEUE, "--concurrency", "2"]
     command += ["--heartbeat-interval", "0.3", "--poll-interval", "0.1", "--no-maintenance"]
+    command += ["--batch-size", "1"]  # a claim holds exactly the jobs that run
     if port is not None:
         command += ["--metrics-port", str(port), "--metrics-bind", "127.0.0.1"]
     env = {
