@@ -103,12 +103,12 @@ class Dialect(abc.ABC):
         such as ``status = 'running'`` next to ``id IN (…)``, which must not steer the plan."""
         return column
 
-    @abc.abstractmethod
     def take_write_lock(self, conn: Any, table: sa.Table) -> None:
         """Before a transaction's first read, where it will write: on a single-writer database
         a transaction that reads first cannot wait for the write lock later (SQLite's WAL
         refuses at once once another writer has committed since the read began)."""
 
+    @abc.abstractmethod
     def insert_unless_present(self, table: sa.Table) -> sa.Insert:
         """An INSERT of one row that, when the table already holds a row with the same primary
         key (or another transaction inserts one and commits), inserts nothing and raises
