@@ -41,12 +41,12 @@ def build_app(
         payload = job.payload or {}
         note = f"attempt {job.attempt}"
         if payload.get("wait_before_write"):  # SQLite: no write lock while it waits
-            Path(payload["started_file"]).write_text(str(os.getpid()))
+            write_pid(Path(payload["started_file"]))
             wait_until(Path(payload["wait_before_write"]))
         session.execute(effects.insert().values(job_id=job.id, note=note, pid=os.getpid()))
         session.flush()
         if sleep and payload.get("started_file"):
-            Path(payload["started_file"]).write_text(str(os.getpid()))
+            write_pid(Path(payload["started_file"]))
         if sleep and payload.get("sleep"):
             time.sleep(float(payload["sleep"]))
         if payload.get("wait_file"):
@@ -54,6 +54,13 @@ def build_app(
         return f"done by {os.getpid()}"
 
     return app
+
+
+def write_pid(path: Path) -> None:
+    """Written whole or not at all (a rename): a test that sees the file may SIGKILL us at once."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(str(os.getpid()))
+    os.replace(partial, path)
 
 
 def wait_until(path: Path) -> None:
@@ -71,7 +78,7 @@ def async_effect(sleep: bool):
         await session.execute(effects.insert().values(job_id=job.id, note=note, pid=os.getpid()))
         await session.flush()
         if sleep and payload.get("started_file"):
-            Path(payload["started_file"]).write_text(str(os.getpid()))
+            write_pid(Path(payload["started_file"]))
         if sleep and payload.get("sleep"):
             await asyncio.sleep(float(payload["sleep"]))
         if payload.get("wait_file"):
