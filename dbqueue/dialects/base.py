@@ -128,11 +128,11 @@ class Dialect(abc.ABC):
         lock that two transactions would then both upgrade (MySQL's classic deadlock).
         Unique jobs take their key with it."""
 
+    @abc.abstractmethod
     def add_to_counter(self, table: sa.Table, counter: str) -> sa.Insert:
         """An INSERT of one row that, when a row with the same primary key exists (or another
         transaction inserts one and commits), adds the row's ``counter`` value to that row's
         instead, taking its row lock. A key's line numbers its jobs with it."""
-        raise NotImplementedError
 
     #: ``add_to_counter`` may RETURN the new values (else the caller reads them back).
     counter_returned: bool = False
