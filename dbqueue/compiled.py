@@ -16,7 +16,7 @@ invalidated exactly as for any other statement (the worker's reconnect logic rel
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -72,6 +72,64 @@ class CompiledStatement:
         for index, process in self.result_processors:
             values[index] = process(values[index])
         return values
+
+    def raw_rows_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+        """``raw_rows`` for a multi-row statement (see ``many_parameters``)."""
+        return self._run_many(conn, rows, lambda cursor: cursor.fetchall())
+
+    def rowcount_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
+        """``rowcount`` for a multi-row statement (see ``many_parameters``)."""
+        return self._run_many(conn, rows, lambda cursor: cursor.rowcount)
+
+    def many_parameters(self, rows: Sequence[Mapping[str, Any]]) -> Any:
+        """The parameters of a statement with one group of binds per row, named
+        ``<key>__<row index>`` (``<key>`` a key of every row): the rows' values flattened,
+        then the columns' bind processors applied to each column's slice (no dict per row)."""
+        keys = tuple(rows[0])
+        layout = self._many_layout(keys, len(rows))
+        row_keys, processors, names = layout
+        flat = [row[key] for row in rows for key in row_keys]
+        width = len(row_keys)
+        for index, process in processors:
+            flat[index::width] = map(process, flat[index::width])
+        if names is None:  # positional, and the SQL's order is row by row: the list is it
+            return flat
+        values = {**self.defaults, **dict(zip(names, flat, strict=True))}
+        if self.order is None:
+            return values
+        return tuple(values[name] for name in self.order)
+
+    def _many_layout(self, keys: tuple[str, ...], count: int) -> Any:
+        """(keys in parameter order, [(key position, processor)], bind names or None), worked
+        out once per set of row keys."""
+        cache = self.__dict__.setdefault("_layouts", {})
+        found = cache.get(keys)
+        if found is None:
+            row_keys = keys
+            names: list[str] | None = [f"{key}__{row}" for row in range(count) for key in keys]
+            if self.order is not None and not self.defaults:
+                # Positional: use the SQL's own order when it is the same keys row after row.
+                sql_keys = tuple(name.rpartition("__")[0] for name in self.order[: len(keys)])
+                expected = [f"{key}__{row}" for row in range(count) for key in sql_keys]
+                if sorted(sql_keys) == sorted(keys) and list(self.order) == expected:
+                    row_keys, names = sql_keys, None
+            by_name = dict(self.bind_processors)
+            processors = [
+                (index, by_name[f"{key}__0"])
+                for index, key in enumerate(row_keys)
+                if f"{key}__0" in by_name
+            ]
+            found = cache[keys] = (row_keys, processors, names)
+        return found
+
+    def _run_many(
+        self, conn: Connection, rows: Sequence[Mapping[str, Any]], read: Callable[[Any], Any]
+    ) -> Any:
+        cursor = _execute(conn, self.sql, self.many_parameters(rows))
+        try:
+            return read(cursor)
+        finally:
+            cursor.close()
 
     def rowcount(self, conn: Connection, params: Mapping[str, Any]) -> int:
         """Execute a statement that returns no rows; how many rows it matched."""

@@ -4,6 +4,7 @@ counts, and the length limit every stored message obeys."""
 from __future__ import annotations
 
 import datetime as dt
+import operator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -61,10 +62,11 @@ class NewJob:
             "priority": self.priority,
             "max_attempts": self.max_attempts,
         }
-        for name in _OPTIONAL:
-            value = getattr(self, name)
-            if value is not None and value is not False:
-                row[name] = value
+        optional = _optional_values(self)
+        if optional != _NONE_SET:  # one comparison for the common job, which sets none
+            for name, value in zip(_OPTIONAL, optional, strict=True):
+                if value is not None and value is not False:
+                    row[name] = value
         return row
 
     @property
@@ -84,6 +86,9 @@ _OPTIONAL = tuple(
     for field in fields(NewJob)
     if field.name not in _ALWAYS and field.name not in ("delay", "on_conflict")
 )
+_optional_values = operator.attrgetter(*_OPTIONAL)
+#: The optional columns of a job that sets none of them.
+_NONE_SET = tuple(False if name in ("dead", "awaited") else None for name in _OPTIONAL)
 
 
 @dataclass(frozen=True)

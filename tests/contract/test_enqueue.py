@@ -290,3 +290,61 @@ def test_plain_sql_insert_is_a_valid_job(backend):
     backend.run_worker(app)
     assert seen == [{"x": 1}]
     assert backend.jobs()[0]["status"] == "succeeded"
+
+
+def test_enqueue_many_of_a_size_seen_before_is_precompiled_and_keeps_order(backend):
+    """The second call with as many rows (and the same columns) runs a multi-row INSERT
+    compiled for that size: still one statement, the rows in order, every value as given, the
+    ids those of the rows; with a delay, explicit run_at, optional columns and keys too."""
+    app = backend.app()
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("INSERT") and "_jobs " in statement:
+            statements.append(statement)
+
+    run_at = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    shapes = {
+        "plain": lambda n, i: {"task": "bulk", "payload": {"i": i, "n": n, "s": "é\"\\'"}},
+        "delay": lambda n, i: {"task": "bulk", "payload": i, "delay": 30 + i},
+        "run_at": lambda n, i: {"task": "bulk", "payload": [i], "run_at": run_at},
+        "options": lambda n, i: {
+            "task": "bulk",
+            "payload": None if i % 2 else {"i": i},
+            "queue": "q2",
+            "priority": i,
+            "external_key": f"ext-{i}",
+            "tenant": i,
+            "business_group": "bg",
+        },
+        "keyed": lambda n, i: {"task": "bulk", "payload": i, "key": f"k{i % 2}"},
+    }
+    expected: dict[int, dict] = {}
+    for call in range(2):
+        for name, shape in shapes.items():
+            items = [shape(call, i) for i in range(7)]
+            with app.engine.connect() as conn:
+                sa.event.listen(conn, "before_cursor_execute", record)
+                before = len(statements)
+                with conn.begin():
+                    ids = app.enqueue_many(conn, items)
+                assert len(statements) - before == 1, (name, statements[before:])
+            if ids:
+                assert ids == sorted(ids) and len(ids) == 7
+                expected.update(zip(ids, items, strict=True))
+    jobs = {job["id"]: job for job in backend.jobs()}
+    assert len(jobs) == 2 * 7 * len(shapes)
+    if expected:  # the ids returned are those of the rows with these values
+        for job_id, item in expected.items():
+            job = jobs[job_id]
+            assert job["payload"] == item["payload"]
+            assert job["queue"] == item.get("queue", "default")
+            assert job["priority"] == item.get("priority", 50)
+            assert job["external_key"] == item.get("external_key")
+            assert job["tenant"] == item.get("tenant")
+            if "run_at" in item:
+                assert job["run_at"] == run_at
+            if "delay" in item:
+                assert (job["run_at"] - job["created_at"]).total_seconds() >= item["delay"] - 1
+    blocked = [j for j in jobs.values() if j["status"] == "blocked"]
+    assert len(blocked) == 2 * 7 - 2  # two lines of keyed jobs: one head each
