@@ -93,11 +93,14 @@ SQLITE_COMPLETE = (
 )
 
 
-def enqueue_single(url: str, table: str, rows: list[tuple]) -> float:
-    """One INSERT and one COMMIT per job on one connection; returns seconds."""
+def enqueue_single(url: str, table: str, rows: list[tuple], conn: Any = None) -> float:
+    """One INSERT and one COMMIT per job on one connection (``conn``, kept open by the caller
+    across blocks as dbqueue's pool keeps its own; else a new one); returns seconds."""
     backend = _backend(url)
     sql = INSERT[backend].format(t=table)
-    conn = _connect(url)
+    own = conn is None
+    if own:
+        conn = _connect(url)
     try:
         started = time.perf_counter()
         if backend == "sqlite":
@@ -114,7 +117,8 @@ def enqueue_single(url: str, table: str, rows: list[tuple]) -> float:
                 conn.commit()
         return time.perf_counter() - started
     finally:
-        conn.close()
+        if own:
+            conn.close()
 
 
 def drain(url: str, table: str, concurrency: int, batch: int) -> tuple[int, float]:

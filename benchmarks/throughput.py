@@ -4,8 +4,10 @@
         [--chunk 1000] [--concurrency 4] [--batch-size 10] [--strategy NAME] [--rounds 3]
         [--job-log [--prefix bench_]] [--queue-limit N [--strategy NAME]] [--registry]
 
-Enqueue: the first ``single`` jobs one per transaction on one connection (``app.enqueue``,
-in blocks of 200 alternating with the bare INSERT+COMMIT), the rest with ``app.enqueue_many``,
+Enqueue: the first ``single`` jobs one per transaction, three ways — ``app.enqueue`` on one
+Connection, ``app.enqueue(None, …)`` (dbqueue's own transaction on the App's pooled engine) and
+``app.enqueue(session, …)`` + ``session.commit()`` — in blocks of 200 alternating with the bare
+INSERT+COMMIT on one connection of the same driver; the rest with ``app.enqueue_many``,
 ``chunk`` jobs per call and transaction. Processing: one worker process
 (``benchmarks.worker_proc``, ``--burst``) with ``concurrency`` threads drains the table. The
 ceiling runs the same work as bare SQL through the same driver (``benchmarks.ceiling``), with
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from benchmarks import ceiling
 from benchmarks.common import PREFIX, URLS, fresh_app, lock_server, machine, save, server_version
@@ -91,22 +94,55 @@ def enqueue_single_with_dbqueue(app: Any, engine: sa.Engine, first: int, count: 
     return time.perf_counter() - started
 
 
+def enqueue_single_own_transaction(app: Any, engine: sa.Engine, first: int, count: int) -> float:
+    """``app.enqueue(None, …)``: dbqueue's own short transaction on the App's engine (a script
+    or a web handler without a transaction of its own); returns seconds."""
+    started = time.perf_counter()
+    for i in range(first, first + count):
+        app.enqueue(None, "noop", {"n": i})
+    return time.perf_counter() - started
+
+
+def enqueue_single_session(app: Any, engine: sa.Engine, first: int, count: int) -> float:
+    """``app.enqueue(session, …)`` then ``session.commit()``, one ORM Session per job on the
+    benchmark's engine (a web handler's unit of work); returns seconds."""
+    started = time.perf_counter()
+    for i in range(first, first + count):
+        with Session(engine) as session:
+            app.enqueue(session, "noop", {"n": i})
+            session.commit()
+    return time.perf_counter() - started
+
+
 SINGLE_BLOCK = 200
+#: The one-job-per-transaction ways measured, each against the bare INSERT+COMMIT.
+SINGLE_WAYS = {
+    "single": enqueue_single_with_dbqueue,
+    "single_none": enqueue_single_own_transaction,
+    "single_session": enqueue_single_session,
+}
 
 
 def enqueue_single_interleaved(
     url: str, app: Any, engine: sa.Engine, rows: list[tuple], single: int
-) -> tuple[float, float]:
-    """Bare and dbqueue one-per-transaction enqueues in alternating blocks of 200 jobs; returns
-    the seconds of each. Each commit waits for the disk, whose speed drifts within seconds on
-    a shared machine: alternating keeps both measured under the same conditions."""
+) -> dict[str, float]:
+    """Bare and dbqueue one-per-transaction enqueues (each way of SINGLE_WAYS) in alternating
+    blocks of 200 jobs; returns the seconds of each. Each commit waits for the disk, whose speed
+    drifts within seconds on a shared machine: alternating keeps all measured under the same
+    conditions. The bare blocks run ``single`` jobs in all, and so does each way."""
     table = app.names.jobs
-    bare = ours = 0.0
-    for first in range(0, single, SINGLE_BLOCK):
-        count = min(SINGLE_BLOCK, single - first)
-        bare += ceiling.enqueue_single(url, table, rows[first : first + count])
-        ours += enqueue_single_with_dbqueue(app, engine, first, count)
-    return bare, ours
+    seconds = dict.fromkeys(["bare_single", *SINGLE_WAYS], 0.0)
+    bare = ceiling._connect(url)  # one connection throughout, warm like dbqueue's pooled ones
+    try:
+        for first in range(0, single, SINGLE_BLOCK):
+            count = min(SINGLE_BLOCK, single - first)
+            part = rows[first : first + count]
+            seconds["bare_single"] += ceiling.enqueue_single(url, table, part, bare)
+            for name, way in SINGLE_WAYS.items():
+                seconds[name] += way(app, engine, first, count)
+    finally:
+        bare.close()
+    return seconds
 
 
 def enqueue_many_with_dbqueue(
@@ -186,7 +222,7 @@ def run(
     table = app.names.jobs
     rows = bare_rows(jobs)
     rates: dict[str, list[float]] = {
-        k: [] for k in ("single", "bare_single", "bulk", "bare_bulk", "process", "bare_process")
+        k: [] for k in ("bare_single", *SINGLE_WAYS, "bulk", "bare_bulk", "process", "bare_process")
     }
     options = ["--burst", "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
     if strategy:
@@ -194,9 +230,8 @@ def run(
     try:
         for _ in range(rounds):
             empty(app, engine)
-            bare_single, dbqueue_single = enqueue_single_interleaved(url, app, engine, rows, single)
-            rates["bare_single"].append(single / bare_single)
-            rates["single"].append(single / dbqueue_single)
+            for name, seconds in enqueue_single_interleaved(url, app, engine, rows, single).items():
+                rates[name].append(single / seconds)
             empty(app, engine)
             bare_bulk = bulk_insert_bare(url, table, rows[single:], chunk)
             rates["bare_bulk"].append((jobs - single) / bare_bulk)
@@ -244,6 +279,10 @@ def run(
         "enqueue_single_jobs_per_s": round(med["single"]),
         "enqueue_single_ceiling_jobs_per_s": round(med["bare_single"]),
         "enqueue_single_ratio": round(med["single"] / med["bare_single"], 2),
+        "enqueue_single_none_jobs_per_s": round(med["single_none"]),
+        "enqueue_single_none_ratio": round(med["single_none"] / med["bare_single"], 2),
+        "enqueue_single_session_jobs_per_s": round(med["single_session"]),
+        "enqueue_single_session_ratio": round(med["single_session"] / med["bare_single"], 2),
         "enqueue_bulk_jobs_per_s": round(med["bulk"]),
         "enqueue_bulk_ceiling_jobs_per_s": round(med["bare_bulk"]),
         "enqueue_bulk_ratio": round(med["bulk"] / med["bare_bulk"], 2),
@@ -437,6 +476,10 @@ def describe(result: dict[str, Any]) -> str:
             f"  enqueue, one per transaction: {result['enqueue_single_jobs_per_s']:>8} jobs/s  "
             f"(bare INSERT+COMMIT {result['enqueue_single_ceiling_jobs_per_s']}, "
             f"ratio {result['enqueue_single_ratio']})",
+            f"    enqueue(None, …):           {result['enqueue_single_none_jobs_per_s']:>8} "
+            f"jobs/s  (ratio {result['enqueue_single_none_ratio']})",
+            f"    enqueue(session) + commit:  {result['enqueue_single_session_jobs_per_s']:>8} "
+            f"jobs/s  (ratio {result['enqueue_single_session_ratio']})",
             f"  enqueue_many:                 {result['enqueue_bulk_jobs_per_s']:>8} jobs/s  "
             f"(bare multi-row INSERT {result['enqueue_bulk_ceiling_jobs_per_s']}, "
             f"ratio {result['enqueue_bulk_ratio']})",

@@ -4,6 +4,7 @@ needs it on that database (each dialect module's engine options and connect-time
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -96,6 +97,10 @@ def create_engine(url: str | sa.engine.URL, **kwargs: Any) -> Engine:
     cls = class_for_url(parsed)
     cls.check_url(parsed)
     options = {**cls.engine_kwargs(), **kwargs}
+    # The dialect's pre-ping, unless the caller chose: only for connections idle a while.
+    ping_when_idle = options.get("pool_pre_ping") is True and "pool_pre_ping" not in kwargs
+    if ping_when_idle:
+        options["pool_pre_ping"] = False
     try:
         engine = sa.create_engine(cls.normalize_url(parsed), **options)
     except (sa.exc.NoSuchModuleError, ImportError) as exc:  # a driver that is not installed
@@ -103,9 +108,47 @@ def create_engine(url: str | sa.engine.URL, **kwargs: Any) -> Engine:
     except sa.exc.ArgumentError as exc:
         raise ConfigurationError(f"cannot create an engine for {parsed!r}: {exc}") from None
     cls.configure_engine(engine)
+    if ping_when_idle:
+        _ping_when_idle(engine)
     quiet_reset_failures(engine)
     _CONFIGURED.add(engine.pool)
     return engine
+
+
+#: A pooled connection returned less than this long ago is handed out without a ping.
+PING_AFTER_IDLE = 1.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """SQLAlchemy's ``pool_pre_ping``, for connections that sat in the pool over
+    PING_AFTER_IDLE seconds. A ping is a round trip on every checkout: a third of a one-job
+    ``app.enqueue(None, …)`` on a server database. It finds connections the server closed
+    while they were idle (a restart, an idle timeout); a connection used a moment ago was
+    alive then, and a server restart takes longer than that. A connection that does die
+    meanwhile fails its next statement, and SQLAlchemy then replaces the pool's connections,
+    as it does for one that dies while checked out."""
+
+    @sa.event.listens_for(engine, "connect")
+    def connected(dbapi_connection: Any, record: Any) -> None:
+        record.info[_RETURNED] = time.monotonic()
+
+    @sa.event.listens_for(engine, "checkin")
+    def returned(dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_RETURNED] = time.monotonic()
+
+    @sa.event.listens_for(engine, "checkout")
+    def checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        since = record.info.get(_RETURNED)
+        if since is not None and time.monotonic() - since < PING_AFTER_IDLE:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:  # the pool retries with a new connection
+            raise sa.exc.DisconnectionError(f"ping failed: {exc}") from exc
+
+
+_RETURNED = "dbqueue_returned_at"
 
 
 def create_async_engine(url: str | sa.engine.URL, **kwargs: Any) -> AsyncEngine:

@@ -134,7 +134,17 @@ class MySQLDialect(Dialect):
     def engine_kwargs(cls) -> dict[str, Any]:
         # READ COMMITTED: the claim's locking read takes no gap locks (fewer deadlocks with
         # concurrent inserts), and a transaction sees jobs committed after it began.
-        return {"pool_pre_ping": True, "isolation_level": "READ COMMITTED"}
+        # The pool's reset: see _reset_on_return.
+        return {
+            "pool_pre_ping": True,
+            "isolation_level": "READ COMMITTED",
+            "pool_reset_on_return": None,
+        }
+
+    @classmethod
+    def configure_engine(cls, engine: Engine) -> None:
+        super().configure_engine(engine)
+        sa.event.listen(engine, "reset", _reset_on_return)
 
     @classmethod
     def normalize_url(cls, url: sa.engine.URL) -> sa.engine.URL:
@@ -149,3 +159,20 @@ class MySQLDialect(Dialect):
 
     def is_transient(self, exc: BaseException) -> bool:
         return driver_code(exc) in _TRANSIENT
+
+
+#: PyMySQL's record of the server's last status flags (from every OK/EOF packet).
+_SERVER_STATUS_IN_TRANS = 1
+
+
+def _reset_on_return(dbapi_connection: Any, record: Any, state: Any) -> None:
+    """The pool's reset of a returned connection, without its round trip after a commit:
+    PyMySQL sends ROLLBACK whether or not a transaction is open (psycopg2 and sqlite3 do
+    not), which cost ``app.enqueue(None, …)`` a fourth of its time. The server reports in every
+    reply whether a transaction is open; roll back when it is, or when the driver does not
+    say (another driver), as SQLAlchemy's own reset would."""
+    if not state.asyncio_safe:
+        return
+    status = getattr(dbapi_connection, "server_status", None)
+    if type(status) is not int or status & _SERVER_STATUS_IN_TRANS:
+        dbapi_connection.rollback()
