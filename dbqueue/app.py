@@ -213,8 +213,9 @@ class App(
         return self._write(target, self._enqueue_write("enqueue", task, payload, options))
 
     def enqueue_many(self, target: Target | None, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
-        """Insert many jobs with multi-row statements (see the README); each item is a dict of ``enqueue``'s arguments
-        (``task`` required, ``payload`` and the options optional). All are validated first."""
+        """Insert many jobs with multi-row statements (see the README); each item is a dict of
+        ``enqueue``'s arguments (``task`` required, ``payload`` and the options optional). All
+        are validated first."""
         return self._write(target, self._enqueue_many_write("enqueue_many", jobs))
 
     def publish(
