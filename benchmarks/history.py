@@ -20,6 +20,7 @@ Target (issue 19): history ≥ 0.9 of empty, the claim on its index (the plan is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import statistics
@@ -147,6 +148,11 @@ def drop(app: dbqueue.App) -> None:
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
         if conn.dialect.name == "postgresql":
             conn.execute(sa.text(f"DROP FUNCTION IF EXISTS {app.names.jobs}_notify()"))
+    if engine.dialect.name == "sqlite":  # give the file's freed pages back to the disk
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(engine.url.database, isolation_level=None)) as db:
+            db.execute("VACUUM")
     engine.dispose()
 
 
