@@ -9,12 +9,14 @@ PYTEST_WORKERS ?= 2
 DB ?= postgresql
 
 .DEFAULT_GOAL := help
-.PHONY: help venv services demo test lint format wheel bench clean distclean
+.PHONY: help venv services demo test lint format wheel bench bench-report bench-all clean distclean
 
 help:
 	@echo "make demo       run the SQLite demo (creates .venv, installs, migrates)"
 	@echo "make test       run the whole test suite (starts or installs PostgreSQL and MariaDB)"
 	@echo "make bench DB=postgresql|mariadb|sqlite   run the benchmarks, print and save results"
+	@echo "make bench-report   rebuild the README's Performance tables from benchmarks/results"
+	@echo "make bench-all      make bench on the three databases, one after the other, then the report"
 	@echo "make lint       ruff check + format check;  make format  fix them"
 	@echo "make wheel      build dist/dbqueue-*.whl"
 	@echo "make venv       just create .venv;  make services  just start the databases"
@@ -50,8 +52,19 @@ format: venv
 wheel: venv
 	$(BIN)/python -m build --wheel --outdir dist
 
+# The environment passes through (DBQUEUE_BENCH_POSTGRESQL_URL, DBQUEUE_BENCH_MYSQL_URL,
+# DBQUEUE_BENCH_SQLITE_URL: the databases to use; DBQUEUE_BENCH_RESULTS: write elsewhere).
 bench: venv services
 	$(BIN)/python -m benchmarks.run $(DB)
+
+bench-report: venv
+	$(BIN)/python -m benchmarks.report
+
+bench-all: venv services
+	$(BIN)/python -m benchmarks.run postgresql
+	$(BIN)/python -m benchmarks.run mariadb
+	$(BIN)/python -m benchmarks.run sqlite
+	$(BIN)/python -m benchmarks.report
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache dbqueue-demo.db dbqueue-demo.db-wal dbqueue-demo.db-shm

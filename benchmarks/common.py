@@ -32,7 +32,8 @@ URLS = {
     "sqlite": os.environ.get("DBQUEUE_BENCH_SQLITE_URL", "sqlite:///benchmarks/results/bench.db"),
 }
 PREFIX = "bench_"
-RESULTS = Path(__file__).parent / "results"
+# DBQUEUE_BENCH_RESULTS: write elsewhere (a provisional run on a loaded machine).
+RESULTS = Path(os.environ.get("DBQUEUE_BENCH_RESULTS") or Path(__file__).parent / "results")
 
 
 def fresh_app(url: str, prefix: str = PREFIX, **options: Any) -> dbqueue.App:

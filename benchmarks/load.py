@@ -24,7 +24,15 @@ from benchmarks.common import URLS, fresh_app, machine, save, server_version
 from benchmarks.throughput import run_worker_process
 
 HERE = Path(__file__).resolve().parent
-MYSQL_STATUS = ("Questions", "Com_commit", "Com_select", "Com_update", "Com_insert", "Com_delete")
+MYSQL_STATUS = (
+    "Questions",
+    "Com_commit",
+    "Handler_commit",
+    "Com_select",
+    "Com_update",
+    "Com_insert",
+    "Com_delete",
+)
 
 
 def server_counters(url: str) -> dict[str, int]:

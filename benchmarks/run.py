@@ -3,9 +3,13 @@
     python -m benchmarks.run postgresql|mariadb|sqlite [--quick]
 
 Runs W1 (throughput and the bare-SQL ceiling, and processing with the per-job log line off and
-on), W2 (wake-up latency), the ``app.call`` round trip, W3 (load on the database) and the
-100,000-job memory run, prints a Markdown table and writes it to
-``benchmarks/results/<database>.md`` (each workload also saves its own JSON file).
+on), W2 (wake-up latency), the ``app.call`` round trip, W3 (load on the database), the
+100,000-job memory run, the other claim strategies, and the cost as work grows (issue 19):
+history (W1 on a table holding 1,100,000 finished and scheduled jobs), scale-out (1 to 8
+worker processes on 100,000 jobs) and an idle fleet (50 idle worker processes for 60 s).
+Prints Markdown tables and writes them to ``benchmarks/results/<database>.md``; each workload
+saves its own JSON file, and ``run-<database>.json`` the run's date and each stage's duration
+(``benchmarks.report`` builds the README's tables from these files).
 ``--quick`` shrinks every workload (a smoke run, not figures to publish).
 """
 
@@ -14,10 +18,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import call, latency, load, memory, throughput
+from benchmarks import call, history, idle_fleet, latency, load, memory, scaleout, throughput
 from benchmarks.common import RESULTS, URLS, machine, save
 
 HERE = Path(__file__).resolve().parent
@@ -25,27 +30,12 @@ HERE = Path(__file__).resolve().parent
 
 def explain_claim(database: str, jobs: int) -> str:
     """The server's plan for the claim on a table of ``jobs`` runnable jobs."""
-    import sqlalchemy as sa
-
     from benchmarks.common import fresh_app
 
     app = fresh_app(URLS[database])
     app.enqueue_many(None, [{"task": "noop", "payload": {"n": i}} for i in range(jobs)])
-    engine = app.create_engine()
-    try:
-        with engine.connect() as conn:
-            stmt = app.queue_engine(conn).runnable("default", 10)
-            if conn.dialect.name != "sqlite":
-                stmt = stmt.with_for_update(skip_locked=True)
-            sql = str(stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-            prefix = "EXPLAIN QUERY PLAN " if conn.dialect.name == "sqlite" else "EXPLAIN "
-            if conn.dialect.name == "postgresql":
-                conn.execute(sa.text(f"ANALYZE {app.names.jobs}"))
-            rows = conn.execute(sa.text(prefix + sql)).all()
-            conn.rollback()
-    finally:
-        engine.dispose()
-    return "\n".join(" | ".join(str(v) for v in row) for row in rows)
+    throughput.analyze(app, app.engine)
+    return history.claim_plan(app)
 
 
 def table(
@@ -145,50 +135,89 @@ def strategies_table(w1: dict, w2: dict, others: dict[str, tuple[dict, dict]]) -
     return "\n".join(lines)
 
 
+def growth(database: str, quick: bool, stages: dict[str, float]) -> dict[str, dict]:
+    """The cost as work grows (issue 19): history, scale-out, idle fleet; each saved."""
+    found: dict[str, dict] = {}
+    began = time.monotonic()
+    if quick:
+        found["history"] = history.run(database, 20_000, 2_000, 2_000, 1)
+    else:
+        found["history"] = history.run(database, 1_000_000, 100_000, 20_000, 3)
+    print(history.describe(found["history"]), flush=True)
+    stages["history"], began = time.monotonic() - began, time.monotonic()
+    found["scaleout"] = scaleout.run(database, 5_000 if quick else 100_000,
+                                     [1, 2] if quick else [1, 2, 4, 8])  # fmt: skip
+    print(scaleout.describe(found["scaleout"]), flush=True)
+    stages["scaleout"], began = time.monotonic() - began, time.monotonic()
+    found["idle-fleet"] = idle_fleet.run(database, 3 if quick else 50, 5 if quick else 60)
+    print(idle_fleet.describe(found["idle-fleet"]), flush=True)
+    stages["idle-fleet"] = time.monotonic() - began
+    for name, result in found.items():
+        save(f"{name}-{database}", result)
+    return found
+
+
+def growth_text(found: dict[str, dict]) -> str:
+    """The growth workloads as printed, in a code block (the report makes the tables)."""
+    described = [
+        history.describe(found["history"]),
+        scaleout.describe(found["scaleout"]),
+        idle_fleet.describe(found["idle-fleet"]),
+    ]
+    return "Cost as work grows:\n\n```\n" + "\n".join(described) + "\n```"
+
+
+def timed(stages: dict[str, float], name: str, work: Any, *args: Any) -> Any:
+    began = time.monotonic()
+    result = work(*args)
+    stages[name] = time.monotonic() - began
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("database", choices=sorted(URLS))
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     os.chdir(HERE.parent)
-    quick = args.quick
-    w1 = throughput.run(args.database, 2_000 if quick else 20_000, 200 if quick else 2_000,
-                        1_000, 4, 10, None)  # fmt: skip
+    quick, db, began = args.quick, args.database, time.monotonic()
+    stages: dict[str, float] = {}
+    n, single = (2_000, 200) if quick else (20_000, 2_000)
+    w1 = timed(stages, "throughput", throughput.run, db, n, single, 1_000, 4, 10, None)
     print(throughput.describe(w1), flush=True)
-    jlog = throughput.job_log_cost(args.database, 2_000 if quick else 20_000, 4, 10,
-                                   1 if quick else 3)  # fmt: skip
+    jlog = timed(stages, "joblog", throughput.job_log_cost, db, n, 4, 10, 1 if quick else 3)
     print(throughput.describe_job_log(jlog), flush=True)
-    w2 = latency.run(args.database, 20 if quick else 200, 0.02, None)
+    w2 = timed(stages, "latency", latency.run, db, 20 if quick else 200, 0.02, None)
     print(f"W2 latency: {w2['latency_ms']}", flush=True)
-    rt = call.run(args.database, 20 if quick else 200, 0.02, None)
+    rt = timed(stages, "call", call.run, db, 20 if quick else 200, 0.02, None)
     print(call.describe(rt, w2), flush=True)
-    w3 = load.run(args.database, 2_000 if quick else 20_000, 5 if quick else 30)
+    w3 = timed(stages, "load", load.run, db, n, 5 if quick else 30)
     print(load.describe(w3), flush=True)
-    mem = memory.run(args.database, 10_000 if quick else 100_000)
+    mem = timed(stages, "memory", memory.run, db, 10_000 if quick else 100_000)
     print(memory.describe(mem), flush=True)
-    results = (
-        ("throughput", w1),
-        ("joblog", jlog),
-        ("latency", w2),
-        ("call", rt),
-        ("load", w3),
-        ("memory", mem),
-    )
+    results = (("throughput", w1), ("joblog", jlog), ("latency", w2), ("call", rt),
+               ("load", w3), ("memory", mem))  # fmt: skip
     for name, result in results:
-        save(f"{name}-{args.database}", result)
-    others = other_strategies(args.database, quick)
-    plan = explain_claim(args.database, 2_000 if quick else 20_000)
+        save(f"{name}-{db}", result)
+    others = timed(stages, "strategies", other_strategies, db, quick)
+    plan = explain_claim(db, n)
+    grown = growth(db, quick, stages)
     text = "\n\n".join(
         [
             table(w1, w2, w3, mem, jlog, rt),
             strategies_table(w1, w2, others),
             f"The claim's plan (EXPLAIN):\n\n```\n{plan}\n```",
+            growth_text(grown),
         ]
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.database}.md").write_text(text + "\n")
+    (RESULTS / f"{db}.md").write_text(text + "\n")
+    total = time.monotonic() - began
+    stages = {k: round(v) for k, v in stages.items()}
+    save(f"run-{db}", {"database": db, "quick": quick, "seconds": round(total), "stages": stages})
     print()
     print(text)
+    print(f"\nmake bench DB={db}: {total / 60:.1f} min; stages (s): {stages}")
 
 
 if __name__ == "__main__":

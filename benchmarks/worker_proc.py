@@ -3,11 +3,15 @@
     python -m benchmarks.worker_proc URL [--prefix bench_] [--concurrency 4] [--batch-size 10]
         [--strategy NAME] [--burst] [--sample-rss-every N] [--log-format text|json] [--log-jobs]
         [--queue-limit QUEUE=N] [--async-handlers] [--metrics]
-        [--option heartbeat_interval=5.0]
+        [--option heartbeat_interval=5.0] [--barrier DIR]
 
 On exit (burst drained, or SIGTERM) it prints one JSON line: seconds spent in run_worker, jobs
 succeeded, statements and commits it sent (counted by SQLAlchemy events), and resident memory
-(VmRSS) at start, after warm-up and at the end.
+(VmRSS) at start, after warm-up and at the end, and when run_worker started and ended (epoch
+seconds: a fleet's processes are measured over one window).
+
+``--barrier DIR``: once set up, write ``DIR/ready-<pid>`` and wait for ``DIR/go`` before running
+the worker, so that several processes start together whatever their import times.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -69,6 +74,17 @@ def measure_window(
     worker.stop()
 
 
+def wait_at_barrier(directory: str) -> None:
+    """Say this process is ready, then wait for the go (a fleet starts at one moment)."""
+    ready = os.path.join(directory, f"ready-{os.getpid()}")
+    with open(ready + ".tmp", "w") as marker:
+        marker.write("ready")
+    os.rename(ready + ".tmp", ready)
+    go = os.path.join(directory, "go")
+    while not os.path.exists(go):
+        time.sleep(0.01)
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
@@ -90,18 +106,13 @@ def parse_args() -> argparse.Namespace:
         "--idle-window",
         help="WARMUP,SECONDS: count statements and commits over SECONDS after WARMUP, then stop",
     )
+    parser.add_argument("--barrier", help="DIR: wait for DIR/go before running (see above)")
     return parser.parse_args()
 
 
-def main() -> None:
-    args = parse_args()
-    if args.log_format:
-        logging.basicConfig(
-            level=logging.INFO, handlers=[logs.handler(args.log_format, sys.stderr)]
-        )
-
+def build_worker(args: argparse.Namespace, samples: list[tuple[int, int]]) -> dbqueue.Worker:
+    """An App with the no-op task (sampling RSS if asked) and its worker, as the options say."""
     app = dbqueue.App(args.url, table_prefix=args.prefix, lock_server=args.lock_server)
-    samples: list[tuple[int, int]] = []
     done = [0]
 
     def noop(job: dbqueue.Job, session: Any) -> None:
@@ -119,14 +130,11 @@ def main() -> None:
         from dbqueue import metrics
 
         metrics.instrument(app)
-    counters = Counters()
-    if args.count or args.idle_window:
-        counters.install()
     extra = {}
     for item in args.option:
         key, _, value = item.partition("=")
         extra[key] = float(value) if "." in value else int(value)
-    worker = app.worker(
+    return app.worker(
         concurrency=args.concurrency,
         batch_size=args.batch_size,
         strategy=args.strategy,
@@ -136,13 +144,29 @@ def main() -> None:
         queue_limits=parse_queue_limits(args.queue_limit),
         **extra,
     )
+
+
+def main() -> None:
+    args = parse_args()
+    if args.log_format:
+        logging.basicConfig(
+            level=logging.INFO, handlers=[logs.handler(args.log_format, sys.stderr)]
+        )
+    samples: list[tuple[int, int]] = []
+    worker = build_worker(args, samples)
+    counters = Counters()
+    if args.count or args.idle_window:
+        counters.install()
     window: dict[str, float] = {}
+    if args.barrier:
+        wait_at_barrier(args.barrier)
     if args.idle_window:
         warmup, seconds = (float(x) for x in args.idle_window.split(","))
         threading.Thread(
             target=measure_window, args=(worker, counters, warmup, seconds, window), daemon=True
         ).start()
     rss_start = rss_kib()
+    started_at = time.time()
     started = time.perf_counter()
     summary = worker.run()
     seconds = time.perf_counter() - started
@@ -150,6 +174,8 @@ def main() -> None:
         json.dumps(
             {
                 "seconds": seconds,
+                "started_at": started_at,
+                "ended_at": time.time(),
                 "succeeded": summary.succeeded,
                 "failed": summary.failed,
                 "statements": counters.statements,

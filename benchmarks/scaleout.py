@@ -1,0 +1,124 @@
+"""Scale-out: 1, 2, 4 and 8 worker processes draining the same 100,000 jobs.
+
+    python -m benchmarks.scaleout postgresql|mariadb|sqlite [--jobs 100000] [--processes 1,2,4,8]
+
+For each fleet size the table is refilled with ``jobs`` no-op jobs (``enqueue_many``), the
+processes (each ``concurrency=4``, ``batch_size=10``, ``--burst``) are set up, released together
+(``benchmarks.fleet``) and drain it; jobs/s is every job over the time from the release to the
+last process's exit. Beside it, the commits the database made per second over the same window:
+PostgreSQL ``pg_stat_database.xact_commit`` (this database only), MariaDB ``Com_commit`` and
+``Handler_commit`` (server-wide: other clients of the server are counted too), and on every
+database the commits the workers sent, counted at the client by SQLAlchemy events (SQLite has
+no server: that is its only figure). Target (issue 19): no collapse, 8 processes ≥ 1 process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import URLS, fresh_app, machine, save, server_version
+from benchmarks.fleet import fleet
+from benchmarks.load import server_counters
+from benchmarks.throughput import analyze, empty
+
+HERE = Path(__file__).resolve().parent
+COMMIT_COUNTERS = ("xact_commit", "Com_commit", "Handler_commit")
+
+
+def drain(url: str, size: int) -> dict[str, Any]:
+    """Release ``size`` processes on the filled table; their jobs/s and the commits/s."""
+    options = ["--burst", "--count", "--concurrency", "4", "--batch-size", "10"]
+    with fleet(url, size, options) as workers:
+        ready = workers.wait_ready()
+        before = server_counters(url)
+        moment = workers.go()
+        reports = workers.reports()
+        end = max(r["ended_at"] for r in reports)
+        time.sleep(1.0)  # PostgreSQL backends report their statistics at exit
+        after = server_counters(url)
+    seconds = end - moment
+    done = sum(r["succeeded"] for r in reports)
+    server = {
+        f"{key}_per_s": round((after[key] - before[key]) / seconds)
+        for key in COMMIT_COUNTERS
+        if key in after
+    }
+    return {
+        "processes": size,
+        "processed": done,
+        "seconds": round(seconds, 2),
+        "jobs_per_s": round(done / seconds),
+        "client_commits_per_s": round(sum(r["commits"] for r in reports) / seconds),
+        **server,
+        "per_process_jobs": [r["succeeded"] for r in reports],
+        "setup_seconds": round(ready, 1),
+        "latest_start_s": round(max(r["started_at"] for r in reports) - moment, 3),
+    }
+
+
+def run(database: str, jobs: int, sizes: list[int]) -> dict[str, Any]:
+    url = URLS[database]
+    app = fresh_app(url)
+    engine = app.create_engine(pool_pre_ping=False)
+    curve = []
+    try:
+        for size in sizes:
+            empty(app, engine)
+            for first in range(0, jobs, 1_000):
+                batch = [{"task": "noop", "payload": {"n": i}} for i in range(first, first + 1_000)]
+                app.enqueue_many(engine, batch[: jobs - first])
+            analyze(app, engine)
+            point = drain(url, size)
+            assert point["processed"] == jobs, point
+            print(f"  {size} processes: {point['jobs_per_s']:,} jobs/s", flush=True)
+            curve.append(point)
+        empty(app, engine)
+    finally:
+        engine.dispose()
+    by_size = {p["processes"]: p["jobs_per_s"] for p in curve}
+    return {
+        "workload": "scale-out: worker processes draining one table",
+        "database": database,
+        "server": server_version(url),
+        "jobs": jobs,
+        "concurrency": 4,
+        "batch_size": 10,
+        "curve": curve,
+        "ratio_max_to_1": round(by_size[max(by_size)] / by_size[min(by_size)], 2),
+    }
+
+
+def describe(result: dict[str, Any]) -> str:
+    lines = [
+        f"Scale-out {result['database']} ({result['server']}, {result['jobs']:,} no-op jobs, each "
+        f"process concurrency {result['concurrency']}, batch {result['batch_size']}):"
+    ]
+    for p in result["curve"]:
+        server = ", ".join(f"{k} {p[k]:,}" for k in p if k.endswith("_per_s") and k != "jobs_per_s")
+        lines.append(
+            f"  {p['processes']} processes: {p['jobs_per_s']:>7,} jobs/s; commits/s: {server}; "
+            f"jobs per process {p['per_process_jobs']}"
+        )
+    lines.append(f"  largest fleet / one process: {result['ratio_max_to_1']}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("database", choices=sorted(URLS))
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--processes", default="1,2,4,8")
+    args = parser.parse_args()
+    os.chdir(HERE.parent)
+    result = run(args.database, args.jobs, [int(n) for n in args.processes.split(",")])
+    print(machine())
+    print(describe(result))
+    print(f"saved {save(f'scaleout-{args.database}', result)}")
+
+
+if __name__ == "__main__":
+    main()
