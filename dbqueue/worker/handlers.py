@@ -219,7 +219,7 @@ class HandlerCalls:
         else:
             timeout = (definition.timeout if definition else None) or self.default_timeout
             value = self._run_watched(call, group, timeout)
-        if inspect.isawaitable(value):
+        if value is not None and inspect.isawaitable(value):
             _close(value)
             raise TypeError(
                 f"the handler returned {type(value).__name__} {value!r} instead of running: "
@@ -286,7 +286,7 @@ class HandlerCalls:
             fired = watchdog.disarm(slot)  # disarm cancelled it
         if slot.abandoned:
             raise Abandoned
-        asked = next((j for j in group if j._cancel_requested_at is not None), None)
+        asked = _first_asked(group)
         if asked is not None:
             cause = None if isinstance(error, HandlerCancelled) else error
             message = f"{cancel_message(asked)}: its database writes were rolled back"
@@ -298,6 +298,14 @@ class HandlerCalls:
         if error is not None:
             raise error
         return value
+
+
+def _first_asked(group: list[Job]) -> Job | None:
+    """The first job of a handler call that a cancel request reached, if any."""
+    if len(group) == 1:  # a plain task's call: no generator per job
+        job = group[0]
+        return job if job._cancel_requested_at is not None else None
+    return next((j for j in group if j._cancel_requested_at is not None), None)
 
 
 def _is_malformed(job: Job) -> bool:
