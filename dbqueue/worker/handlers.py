@@ -5,6 +5,7 @@ task's handler gets its jobs as one list and may fail some of them by returning 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import traceback
@@ -213,7 +214,10 @@ class HandlerCalls:
     ) -> Any:
         """``handler(subject, session)`` inside the middlewares, watched if the worker has a
         watchdog; ``group``: the jobs of the call."""
-        call = self.hooks.wrap(subject, lambda: self._invoke(handler, subject, session))
+        if self.hooks.middlewares or self.aio is not None:
+            call = self.hooks.wrap(subject, lambda: self._invoke(handler, subject, session))
+        else:  # a worker thread without middlewares: the handler itself, no Python frame
+            call = functools.partial(handler, subject, session)
         if self.watchdog is None:
             value = call()
         else:
