@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 
@@ -236,3 +236,43 @@ def _row_filler(fields: tuple[str, ...]) -> Callable[[Job, Any], None]:
 
 
 _fill_from_row = _row_filler(ROW_FIELDS)
+
+
+def row_reader(processors: Sequence[tuple[int, Callable[[Any], Any]]]) -> RowReader:
+    """``read(row, attempt_increment) -> Job`` for a claim's raw driver row (columns
+    ROW_FIELDS, in order), applying ``processors`` (column index → its type's result processor)
+    as it fills the attributes: ``from_tuple`` on a processed row, generated once per statement
+    without the copy of each row and the loop over its processors, the bulk of a no-op job's
+    claim."""
+    by_index = dict(processors)
+    names = {index: f"p{index}" for index in by_index}
+    values = [f"c{i}" for i in range(len(ROW_FIELDS))]
+    lines = [f"    {', '.join(values)}, = row", "    job = new(Job)"]
+    for index, name in enumerate(ROW_FIELDS):
+        value = values[index]
+        if index in names:
+            value = f"{names[index]}({value})"
+            if by_index[index](None) is None:  # most columns are NULL: no call for those
+                value = f"None if {values[index]} is None else {value}"
+        if name == "attempt":
+            value = f"({value} or 0) + attempt_increment"
+        lines.append(f"    job.{name} = {value}")
+    lines += [
+        "    job._cancel_requested_at = None",
+        "    if type(job.max_attempts) is not int:",
+        "        bad_max_attempts(job.max_attempts)",
+        "    return job",
+    ]
+    source = "def read(row, attempt_increment):\n" + "\n".join(lines) + "\n"
+    namespace: dict[str, Any] = {"new": object.__new__, "Job": Job}
+    namespace["bad_max_attempts"] = _bad_max_attempts
+    namespace.update({names[index]: process for index, process in by_index.items()})
+    exec(source, namespace)  # noqa: S102 - fixed names and indexes
+    return namespace["read"]
+
+
+def _bad_max_attempts(value: Any) -> None:
+    raise TypeError(f"max_attempts is {value!r}, not a whole number")
+
+
+RowReader = Callable[[Any, int], Job]

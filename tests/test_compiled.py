@@ -11,7 +11,8 @@ import sqlalchemy as sa
 
 from dbqueue import compiled as compiled_module
 from dbqueue.compiled import CompiledStatement
-from dbqueue.job import Status
+from dbqueue.job import ROW_FIELDS, Job, Status, row_reader
+from dbqueue.sqltypes import UtcDateTime
 
 
 @pytest.fixture(params=["cursor", "fallback"])
@@ -109,3 +110,54 @@ def test_a_precompiled_enqueue_returns_the_id_of_its_row(database, path):
     assert delayed > first
     assert app.get_job(first)["task"] == "first"
     assert (app.get_job(delayed)["task"], app.get_job(delayed)["external_key"]) == ("delayed", "k")
+
+
+def test_the_claims_row_reader_builds_the_jobs_from_tuple_builds(database):
+    """The generated reader (processors applied as it fills a Job) against the general path:
+    every attribute of every Job the same, the attempt counted the same."""
+    app = database.app()
+    engine = app.create_engine()
+    ids = _enqueue_three(app, engine)
+    with engine.connect() as conn, conn.begin():
+        queue_engine = app.queue_engine(conn)
+        compiled = queue_engine.compiled(queue_engine.runnable())
+        read = row_reader(compiled.result_processors)
+        rows = compiled.raw_rows(conn, {"queue": "default", "limit": 10})
+        expected = [Job.from_tuple(compiled.process(row), 1).as_dict() for row in rows]
+        got = [read(row, 1).as_dict() for row in rows]
+        bad = list(rows[0])
+        bad[ROW_FIELDS.index("max_attempts")] = "three"
+        with pytest.raises(TypeError, match="max_attempts is 'three', not a whole number"):
+            read(tuple(bad), 1)
+    engine.dispose()
+    assert sorted(job["id"] for job in got) == sorted(ids)
+    assert got == expected
+    assert all(job["attempt"] == 1 and job["run_at"].tzinfo is dt.timezone.utc for job in got)
+
+
+def test_sqlite_timestamp_text_reads_as_aware_utc_whatever_its_form(tmp_path):
+    """SQLite stores timestamps as text, and a hand-written row may hold any: the fast path
+    (one fromisoformat) reads what the type's full chain reads, and leaves it the rest."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'times.db'}")
+    table = sa.Table(
+        "times", sa.MetaData(), sa.Column("n", sa.Integer), sa.Column("at", UtcDateTime)
+    )
+    utc = dt.timezone.utc
+    cases = {
+        "2026-11-24 04:20:32.123456": dt.datetime(2026, 11, 24, 4, 20, 32, 123456, tzinfo=utc),
+        "2026-11-24 04:20:32.123": dt.datetime(2026, 11, 24, 4, 20, 32, 123000, tzinfo=utc),
+        "2026-11-24 04:20:32": dt.datetime(2026, 11, 24, 4, 20, 32, tzinfo=utc),
+        "2026-11-24 06:20:32+02:00": dt.datetime(2026, 11, 24, 4, 20, 32, tzinfo=utc),
+        "2026-11-24": dt.datetime(2026, 11, 24, tzinfo=utc),
+        "not a time": None,
+    }
+    with engine.begin() as conn:
+        table.create(conn)
+        for n, text in enumerate(cases):
+            conn.execute(
+                sa.text("INSERT INTO times (n, at) VALUES (:n, :at)"), {"n": n, "at": text}
+            )
+        read = [at for _, at in conn.execute(sa.select(table).order_by(table.c.n))]
+    engine.dispose()
+    assert read == list(cases.values())
+    assert all(at.tzinfo is utc for at in read if at is not None)

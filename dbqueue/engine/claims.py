@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..job import Job, Status
+from ..job import Job, Status, row_reader
 from ..sqltypes import UtcDateTime
 from .keys import Keys
 
@@ -72,10 +72,13 @@ class Claims(Keys):
         dead, each with a message naming the problem, and the claim returns nothing this round.
         """
         compiled = self.compiled(stmt)
+        read = self.statement(
+            f"reader:{id(compiled)}", lambda: row_reader(compiled.result_processors)
+        )
         for _ in range(2):
             rows = compiled.raw_rows(conn, {"queue": queue, "limit": limit})
             try:
-                jobs = [Job.from_tuple(compiled.process(row), attempt_increment) for row in rows]
+                jobs = [read(row, attempt_increment) for row in rows]
             except (TypeError, ValueError):
                 if not self.set_aside_unreadable(conn, [row[0] for row in rows]):
                     raise

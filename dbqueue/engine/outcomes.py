@@ -54,8 +54,12 @@ class Outcomes(UniqueKeys):
             return 0
         results: dict[int, Any] = {}
         messages: dict[int, Any] = {}
-        awaited = False
+        ids: list[int] = []
+        # One pass over the batch: what it returned, and whether any job is awaited, keyed
+        # or holds a unique key (each of which costs a statement only when present).
+        awaited = keyed = unique = False
         for job, value in done:
+            ids.append(job.id)
             if value is not None:
                 if type(value) is payload_codec.EncodedPayload:
                     results[job.id] = value
@@ -63,6 +67,10 @@ class Outcomes(UniqueKeys):
                     messages[job.id] = truncate(value)
             if job.awaited:
                 awaited = True
+            if job.key_seq is not None:
+                keyed = True
+            if job.unique_key:
+                unique = True
         params = {
             "expected_status": expected_status,
             "increment": attempt_increment,
@@ -72,7 +80,6 @@ class Outcomes(UniqueKeys):
         fenced = claimed_by is not None
         if fenced:
             params["claimed_by"] = claimed_by
-        ids = [job.id for job, _ in done]
         size = len(ids)
         if not messages:
             # One statement per batch length, ids as separate parameters: compiled in advance.
@@ -102,10 +109,11 @@ class Outcomes(UniqueKeys):
             changed = conn.execute(stmt, params).rowcount
         if awaited:
             self.announce_finished(conn, [job.id for job, _ in done if job.awaited])
-        keyed = [job for job, _ in done if job.key_seq is not None]
         if keyed:
-            self._release_completed(conn, keyed, changed == size)
-        self._release_done(conn, [job for job, _ in done], changed)
+            held = [job for job, _ in done if job.key_seq is not None]
+            self._release_completed(conn, held, changed == size)
+        if unique:
+            self._release_done(conn, [job for job, _ in done], changed)
         return changed
 
     def _release_done(self, conn: Connection, jobs: Sequence[Job], changed: int) -> None:

@@ -5,6 +5,7 @@ task's handler gets its jobs as one list and may fail some of them by returning 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import traceback
@@ -213,13 +214,16 @@ class HandlerCalls:
     ) -> Any:
         """``handler(subject, session)`` inside the middlewares, watched if the worker has a
         watchdog; ``group``: the jobs of the call."""
-        call = self.hooks.wrap(subject, lambda: self._invoke(handler, subject, session))
+        if self.hooks.middlewares or self.aio is not None:
+            call = self.hooks.wrap(subject, lambda: self._invoke(handler, subject, session))
+        else:  # a worker thread without middlewares: the handler itself, no Python frame
+            call = functools.partial(handler, subject, session)
         if self.watchdog is None:
             value = call()
         else:
             timeout = (definition.timeout if definition else None) or self.default_timeout
             value = self._run_watched(call, group, timeout)
-        if inspect.isawaitable(value):
+        if value is not None and inspect.isawaitable(value):
             _close(value)
             raise TypeError(
                 f"the handler returned {type(value).__name__} {value!r} instead of running: "
@@ -286,7 +290,7 @@ class HandlerCalls:
             fired = watchdog.disarm(slot)  # disarm cancelled it
         if slot.abandoned:
             raise Abandoned
-        asked = next((j for j in group if j._cancel_requested_at is not None), None)
+        asked = _first_asked(group)
         if asked is not None:
             cause = None if isinstance(error, HandlerCancelled) else error
             message = f"{cancel_message(asked)}: its database writes were rolled back"
@@ -298,6 +302,14 @@ class HandlerCalls:
         if error is not None:
             raise error
         return value
+
+
+def _first_asked(group: list[Job]) -> Job | None:
+    """The first job of a handler call that a cancel request reached, if any."""
+    if len(group) == 1:  # a plain task's call: no generator per job
+        job = group[0]
+        return job if job._cancel_requested_at is not None else None
+    return next((j for j in group if j._cancel_requested_at is not None), None)
 
 
 def _is_malformed(job: Job) -> bool:

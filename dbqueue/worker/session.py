@@ -66,7 +66,8 @@ class JobSession(Session):
     # next job's first use opens a savepoint of its own. A handler that never touched it costs
     # nothing here (most of a no-op job's time would otherwise be spent right here).
     def _used(self) -> bool:
-        return self.in_transaction() or bool(self.new)
+        # ``_new`` is the dict behind ``new``, which copies it into a set on every read.
+        return self._transaction is not None or bool(self._new)
 
     def attach_tenant(self, tenant_session: Any) -> None:
         self._tenant, self.tenant_used = tenant_session, True

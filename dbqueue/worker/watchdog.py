@@ -114,7 +114,10 @@ class Watchdog:
         self.on_stuck = on_stuck
         self.cancel_notice = cancel_notice
         self._slots: list[Slot] = []
-        self._cond = threading.Condition()
+        #: Taken directly by arm() and disarm(), twice per job: the Condition's own ``with``
+        #: adds two Python calls each time.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._wake_at = math.inf
         self._stopped = False
         self._thread: threading.Thread | None = None
@@ -153,7 +156,7 @@ class Watchdog:
         now = time.monotonic()
         deadline = math.inf if timeout is None else now + timeout
         group = group or [job]
-        with self._cond:
+        with self._lock:
             slot.job, slot.timeout, slot.deadline, slot.fired = job, timeout or 0.0, deadline, False
             slot.reason, slot.since, slot.group = TIMEOUT, now, group
             requested = [j for j in group if j.id in slot.requests] if slot.requests else []
@@ -173,7 +176,7 @@ class Watchdog:
         Idempotent. A JobTimeoutError raised but not yet delivered is cancelled here, so it can
         never hit the worker's own code after the handler.
         """
-        with self._cond:
+        with self._lock:
             slot.armed = False
             if slot.deadline != math.inf or slot.fired:
                 if slot.fired:
