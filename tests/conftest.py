@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from support import reporting  # noqa: E402
+from support import reporting, scheduling  # noqa: E402
 from support.backends import (  # noqa: E402
     BACKENDS,
     DEFAULT_STRATEGY,
@@ -109,8 +109,19 @@ def lock_server(request: pytest.FixtureRequest):
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """SingleStore has no asyncio driver: its async-handler cases are not generated (a test
-    proves the worker refuses them at start-up, naming the fix)."""
+    proves the worker refuses them at start-up, naming the fix). In pytest-xdist's workers the
+    longest files come first (support/scheduling.py)."""
     items[:] = [item for item in items if not _async_on_singlestore(item)]
+    if hasattr(config, "workerinput"):
+        scheduling.order(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201
+    """``--dist loadfile``, with the longest files cut into one unit per database."""
+    if config.getvalue("dist") == "loadfile":
+        return scheduling.Scheduler(config, log)
+    return None
 
 
 def _async_on_singlestore(item: pytest.Item) -> bool:
