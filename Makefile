@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# Test files are spread over this many pytest-xdist workers, each on tables of its own.
+# Tests are spread over this many pytest-xdist workers, each on tables of its own: whole files,
+# longest first, the longest files one unit per database (tests/support/scheduling.py).
 PYTEST_WORKERS ?= 2
 DB ?= postgresql
 
@@ -39,7 +40,7 @@ demo: venv
 
 # CI is passed through from the environment: CI=true turns an unreachable database into a failure.
 test: venv services
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check dbqueue tests benchmarks alembic

@@ -13,14 +13,16 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import requests
 import sqlalchemy as sa
 
 from .config import Settings
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:  # imported when the API is used: worker start-up does not pay for it
+    import requests
 
 DEFAULT_CREDENTIALS_URL = "https://api.sre.nasajon.com.br/erp/credentials"
 DEFAULT_TOKEN_URL = "https://auth.nasajon.com.br/auth/realms/master/protocol/openid-connect/token"
@@ -74,6 +76,8 @@ class CredentialsAPI:
         self.timeout = timeout
         self._token: _Token | None = None
         self._lock = threading.Lock()
+        import requests
+
         self._http = requests.Session()
         #: Tokens fetched so far (a figure for tests and logs).
         self.tokens_fetched = 0
@@ -160,6 +164,8 @@ class CredentialsAPI:
             "username": self.user,
             "password": self._password,
         }
+        import requests
+
         try:
             response = self._http.post(self.token_url, data=form, timeout=self.timeout)
         except requests.RequestException as exc:
@@ -193,6 +199,8 @@ class CredentialsAPI:
         else:
             params = {"tenant": str(tenant)}
         headers = {"Authorization": f"Bearer {token.value}", "Accept": "application/json"}
+        import requests
+
         try:
             return self._http.get(url, params=params, headers=headers, timeout=self.timeout)
         except requests.RequestException as exc:

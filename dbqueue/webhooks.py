@@ -19,10 +19,9 @@ import math
 import time
 from collections.abc import Mapping
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
-import requests
 from sqlalchemy.orm import Session
 
 from .errors import AttemptFailed, ConfigurationError
@@ -37,6 +36,9 @@ from .pubsub import (
     is_secret_header,
 )
 from .results import Message
+
+if TYPE_CHECKING:  # imported when a webhook is sent: worker start-up does not pay for it
+    import requests
 
 #: Seconds to wait for a connection and for each answer (the seed's DEFAULT_WEBHOOK_TIMEOUT).
 DEFAULT_WEBHOOK_TIMEOUT = 20.0
@@ -91,6 +93,8 @@ class WebhookSender:
         scrub = _Scrubber(url, configured)
         params, data, headers = self._request_parts(method, name, configured, job)
         deadline = time.monotonic() + self.timeout
+        import requests
+
         with requests.Session() as http:
             try:
                 response = http.request(
@@ -153,6 +157,8 @@ class WebhookSender:
         chunks: list[bytes] = []
         size = 0
         note = ""
+        import requests
+
         try:
             for chunk in response.iter_content(chunk_size=8192):
                 chunks.append(chunk)

@@ -9,6 +9,7 @@ database, started on a free port the first time one is used.
 
 from __future__ import annotations
 
+import compileall
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from support import reporting  # noqa: E402
+from support import reporting, scheduling  # noqa: E402
 from support.backends import (  # noqa: E402
     BACKENDS,
     DEFAULT_STRATEGY,
@@ -29,8 +30,19 @@ from support.lockserver import ServerProcess, start_server  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if reporting.is_main_process(config) and getattr(config, "cache", None) is not None:
-        reporting.clear(config, "chaos")
+    if reporting.is_main_process(config):
+        _compile_sources()
+        if getattr(config, "cache", None) is not None:
+            reporting.clear(config, "chaos")
+
+
+def _compile_sources() -> None:
+    """Bytecode for dbqueue and the test helpers, written once before the run: with
+    PYTHONDONTWRITEBYTECODE set (or in a fresh clone) every worker, CLI and lock-server process
+    a test starts would otherwise compile dbqueue's sources again (~0.5 s each)."""
+    root = Path(__file__).resolve().parents[1]
+    for folder in (root / "dbqueue", root / "tests" / "support"):
+        compileall.compile_dir(folder, quiet=2)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
@@ -97,8 +109,19 @@ def lock_server(request: pytest.FixtureRequest):
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """SingleStore has no asyncio driver: its async-handler cases are not generated (a test
-    proves the worker refuses them at start-up, naming the fix)."""
+    proves the worker refuses them at start-up, naming the fix). In pytest-xdist's workers the
+    longest files come first (support/scheduling.py)."""
     items[:] = [item for item in items if not _async_on_singlestore(item)]
+    if hasattr(config, "workerinput"):
+        scheduling.order(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201
+    """``--dist loadfile``, with the longest files cut into one unit per database."""
+    if config.getvalue("dist") == "loadfile":
+        return scheduling.Scheduler(config, log)
+    return None
 
 
 def _async_on_singlestore(item: pytest.Item) -> bool:

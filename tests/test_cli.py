@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 from support.backends import PREFIX
+from support.cli_runner import Outcome
 from support.cli_runner import assert_one_line_error as one_line_error
+from support.cli_runner import invoke as in_process
 
 from dbqueue import migrate
 
@@ -62,13 +64,22 @@ def run(
 
 @pytest.fixture
 def cli(database, tmp_path):
+    """``cli(*args)``: ``dbqueue ARGS`` on the database's tables. ``worker`` runs as a real
+    process; the other commands in this process (support/cli_runner.py: a process each costs a
+    second of start-up; the tests below this fixture's run real processes of them)."""
     (tmp_path / "cli_app.py").write_text(APP_MODULE)
+    sys.modules.pop("cli_app", None)  # an earlier test's, from another directory
 
-    def invoke(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    def invoke(*args: str, env: dict | None = None) -> subprocess.CompletedProcess | Outcome:
         options = ["--url", database.url, "--table-prefix", database.prefix]
         split = 2 if args[0] in ("dead", "maintenance") else 1  # after a group's subcommand
         env = {**database.env(), **(env or {})}
-        return run(*args[:split], *options, *args[split:], env=env, cwd=tmp_path)
+        argv = [*args[:split], *options, *args[split:]]
+        if args[0] == "worker":
+            return run(*argv, env=env, cwd=tmp_path)
+        outcome = in_process(argv, tmp_path, env)
+        assert outcome.exception is None, (outcome.stderr, outcome.exception)
+        return outcome
 
     invoke.database = database
     return invoke
@@ -246,7 +257,7 @@ def test_migrate_show(cli):
 def test_bad_input_is_a_one_line_error(tmp_path, args, fragments):
     db = tmp_path / "cli.db"
     if "--url" not in args:
-        assert run("migrate", "--url", f"sqlite:///{db}", cwd=tmp_path).returncode == 0
+        assert in_process(["migrate", "--url", f"sqlite:///{db}"], tmp_path).returncode == 0
         args = [args[0], "--url", f"sqlite:///{db}", *args[1:]]
     one_line_error(run(*args, cwd=tmp_path), *fragments)
 

@@ -37,12 +37,13 @@ def start_worker(backend, *args: str, log: Path, kind: str = "sync") -> subproce
 
 
 #: Processes and jobs of the exactly-once test per kind of handler: the async run is smaller
-#: (the suite's time budget); its claims, fences and commits are the same code.
-DRAIN = {"sync": (4, 2000), "async": (2, 300)}
+#: (the suite's time budget); its claims, fences and commits are the same code. A thousand jobs
+#: are a hundred batches raced for by eight claimers (the chaos suite drains 2,000 per pair).
+DRAIN = {"sync": (4, 1000), "async": (2, 300)}
 
 
 @KINDS
-def test_four_processes_drain_2000_jobs_exactly_once(backend, tmp_path, kind):
+def test_four_processes_drain_1000_jobs_exactly_once(backend, tmp_path, kind):
     log = tmp_path / "workers.log"
     processes, total = DRAIN[kind]
     workers = [

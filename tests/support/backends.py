@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 
 import dbqueue
@@ -114,6 +113,8 @@ def requires_backend(name: str, url: str) -> None:
     problem = database_reachable(url)
     if problem is None:
         return
+    import pytest  # here: the worker processes tests start import this module, not pytest
+
     message = f"{name} is unreachable at {sa.engine.make_url(url).render_as_string()}: {problem}"
     if CI:
         pytest.fail(f"CI=true and {message}", pytrace=False)

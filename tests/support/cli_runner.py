@@ -33,6 +33,11 @@ class Outcome:
     stderr: str
     exception: BaseException | None = None
 
+    @property
+    def returncode(self) -> int:
+        """As a finished process's: tests read either the same way."""
+        return self.exit_code
+
 
 def invoke(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> Outcome:
     """``dbqueue ARGS`` in this process, with the environment a user's shell would give it and
