@@ -43,6 +43,8 @@ class BatchResult:
     failed: int = 0
     skipped: int = 0
     cancelled: int = 0
+    #: The jobs' locks went with the outcome's commit (``strategy.releases_with_outcome``).
+    released: bool = False
 
 
 @dataclass
@@ -152,6 +154,9 @@ class BatchExecutor(HandlerCalls):
                 ran = self._run_batch(conn, engine, jobs, should_stop, claimed_by=self.worker_id)
                 changed = self._complete(conn, engine, ran.done, claimed_by=self.worker_id)
                 self._check_still_ours(conn, engine, ran.started, changed + ran.changed)
+                if self.strategy.releases_with_outcome:
+                    self.strategy.release_jobs(conn, engine, jobs)
+                    ran.result.released = True
         except ClaimLostError as lost:
             self._lost(conn, engine, jobs, lost)
             return BatchResult(skipped=len(jobs))
