@@ -75,6 +75,11 @@ class LockBackend(abc.ABC):
         be lost while the transaction survives: always True here."""
         return True
 
+    def ask_holding(self, names: Sequence[str]) -> Callable[[Connection], bool]:
+        """``holding``, asked now and answered by the call returned (a question that travels
+        elsewhere travels meanwhile)."""
+        return lambda conn: self.holding(conn, names)
+
 
 class DatabaseLocks(LockBackend):
     """The database's advisory locks, held by the session of ``conn``.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Connection
@@ -276,6 +277,10 @@ class LockClaimStrategy(ClaimStrategy):
     def holds(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> bool:
         namespace = engine.tables.names.qualified_jobs
         return self.locks.holding(conn, [job_lock_name(namespace, job.id) for job in jobs])
+
+    def ask_holds(self, engine: QueueEngine, jobs: list[Job]) -> Callable[[Connection], bool]:
+        namespace = engine.tables.names.qualified_jobs
+        return self.locks.ask_holding([job_lock_name(namespace, job.id) for job in jobs])
 
     @property
     def liveness_locks(self) -> LockBackend:

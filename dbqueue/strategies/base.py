@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from sqlalchemy.engine import Connection, Engine
@@ -119,6 +120,11 @@ class ClaimStrategy(abc.ABC):
         outcome commits. A row lock or a database session lock cannot be lost while the
         transaction lives; the lock server's can (it restarted, the connection dropped)."""
         return True
+
+    def ask_holds(self, engine: QueueEngine, jobs: list[Job]) -> Callable[[Connection], bool]:
+        """``holds``, asked now (before the outcome's UPDATE) and answered by the call
+        returned (just before the commit): a question to the lock server travels meanwhile."""
+        return lambda conn: self.holds(conn, engine, jobs)
 
     @property
     def liveness_locks(self) -> LockBackend | None:
