@@ -152,8 +152,9 @@ class BatchExecutor(HandlerCalls):
         try:
             with conn.begin():
                 ran = self._run_batch(conn, engine, jobs, should_stop, claimed_by=self.worker_id)
+                holds = self.strategy.ask_holds(engine, ran.started) if ran.started else None
                 changed = self._complete(conn, engine, ran.done, claimed_by=self.worker_id)
-                self._check_still_ours(conn, engine, ran.started, changed + ran.changed)
+                self._check_still_ours(conn, engine, ran.started, changed + ran.changed, holds)
                 if self.strategy.releases_with_outcome:
                     self.strategy.release_jobs(conn, engine, jobs)
                     ran.result.released = True
@@ -228,17 +229,25 @@ class BatchExecutor(HandlerCalls):
             log.debug("could not give back %d claimed job(s): %s", len(jobs), exc)
 
     def _check_still_ours(
-        self, conn: Connection, engine: QueueEngine, started: list[Job], changed: int
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        started: list[Job],
+        changed: int,
+        holds: Callable[[Connection], bool] | None = None,
     ) -> None:
-        """Raise ClaimLostError unless every outcome UPDATE matched and every lock is held."""
+        """Raise ClaimLostError unless every outcome UPDATE matched and every lock is held
+        (``holds``: the strategy's answer, asked before the UPDATE)."""
         if not started:
             return
+        if holds is None:
+            holds = self.strategy.ask_holds(engine, started)
         if changed != len(started):
             raise ClaimLostError(
                 f"{len(started) - changed} of {len(started)} job(s) were no longer running "
                 "under this worker"
             )
-        if not self.strategy.holds(conn, engine, started):
+        if not holds(conn):
             raise ClaimLostError("the lock server no longer knows this worker as their holder")
 
     def _lost(self, conn: Connection, engine: QueueEngine, jobs: list[Job], exc: Exception) -> None:
