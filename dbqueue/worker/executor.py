@@ -13,6 +13,7 @@ the handlers' writes, and the job is given back — it runs once, never twice.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,8 @@ class BatchResult:
     cancelled: int = 0
     #: The jobs' locks went with the outcome's commit (``strategy.releases_with_outcome``).
     released: bool = False
+    #: Time spent in the handlers (what sizes the next batch; the claim and commits excluded).
+    handler_seconds: float = 0.0
 
 
 @dataclass
@@ -187,9 +190,11 @@ class BatchExecutor(HandlerCalls):
                 try:
                     with conn.begin():
                         self._watch(conn, unit)
+                        began = time.monotonic()
                         outcomes, undone = self._run_unit(
                             self._sessions(conn, savepoint=False), unit
                         )
+                        result.handler_seconds += time.monotonic() - began
                         if undone:
                             raise _HandlerFailed(outcomes)
                         ran = self._settle_alone(conn, engine, unit, outcomes)
@@ -284,7 +289,9 @@ class BatchExecutor(HandlerCalls):
             if should_stop() or session.tenant_used:  # never started: given back untouched
                 ran.unstarted += [job for later in todo[index:] for job in later]
                 break
+            began = time.monotonic()
             outcomes, _ = self._run_unit(session, unit)
+            ran.result.handler_seconds += time.monotonic() - began
             self._take(conn, engine, unit, outcomes, claimed_by, ran)
         ran.result.skipped = len(ran.unstarted)
         self.finished.note(ran.started)
@@ -450,3 +457,4 @@ def _add(total: BatchResult, part: BatchResult) -> None:
     total.failed += part.failed
     total.skipped += part.skipped
     total.cancelled += part.cancelled
+    total.handler_seconds += part.handler_seconds
