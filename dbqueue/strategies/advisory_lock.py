@@ -105,7 +105,7 @@ class LockClaimStrategy(ClaimStrategy):
                         return None
                     held.append(slot[1])
                 keep, names = self._lock_candidates(
-                    conn, engine, queue, limit, namespace, held, task, worker_id
+                    conn, engine, queue, limit, namespace, held, task, worker_id, slot is not None
                 )
                 jobs = engine.claim_ids(conn, keep, worker_id) if keep else []
                 if slot is not None and jobs:
@@ -136,6 +136,7 @@ class LockClaimStrategy(ClaimStrategy):
         held: list[str],
         task: str | None = None,
         worker_id: str = "",
+        limited: bool = False,
     ) -> tuple[list[int], dict[int, str]]:
         """Lock up to ``limit`` runnable jobs; their ids, and the lock names by id. ``held``
         gets the names of the locks held, so that a failure can let go of them.
@@ -145,7 +146,8 @@ class LockClaimStrategy(ClaimStrategy):
         rarely meet on their locks; only when its window is all taken does it try the rest.
         Locking just ``limit`` jobs spares the statement that would give back the extra ones.
         """
-        window = self._window(worker_id)
+        # A limited queue's claim takes one job, its slot already taken: the head of the line.
+        window = 0 if limited else self._window(worker_id)
         locked = self._lock_window(conn, engine, queue, limit, namespace, window, task)
         if locked:
             held.extend(locked.values())
