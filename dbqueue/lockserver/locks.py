@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from ..errors import DbqueueError
 from ..locks import LockBackend
 from . import protocol
 from .client import LockServerClient, Send
@@ -87,10 +88,13 @@ class LockServerLocks(LockBackend):
         if ASYNC_OWNER.get() is not None:
             return lambda conn: self.holding(conn, names)
         owner = _owner()
-        replies = [
-            self.client.request_later("holding", names=chunk, owner=owner)
-            for chunk in _chunks(names)
-        ]
+        try:
+            replies = [
+                self.client.request_later("holding", names=chunk, owner=owner)
+                for chunk in _chunks(names)
+            ]
+        except DbqueueError:  # no server now: asked again when wanted, after the fenced UPDATE
+            return lambda conn: self.holding(conn, names)
         return lambda conn: all(all(reply().get("held", [])) for reply in replies)
 
     def _request(self, op: str, **fields: Any) -> dict[str, Any]:
