@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -19,7 +19,11 @@ from .dialects import Dialect
 
 
 def job_lock_name(jobs_table: str, job_id: int) -> str:
-    return f"{jobs_table}:job:{job_id}"
+    return f"{job_lock_prefix(jobs_table)}{job_id}"
+
+
+def job_lock_prefix(jobs_table: str) -> str:
+    return f"{jobs_table}:job:"
 
 
 def routine_lock_name(jobs_table: str, routine: str) -> str:
@@ -42,6 +46,10 @@ def slot_lock_name(jobs_table: str, queue: str, slot: int) -> str:
 class LockBackend(abc.ABC):
     """Non-blocking, owner-scoped named locks."""
 
+    #: Whether a release is a statement on the caller's connection (cheap inside its open
+    #: transaction), rather than a message elsewhere.
+    releases_in_transaction: bool = False
+
     @abc.abstractmethod
     def try_acquire(self, conn: Connection, names: Sequence[str]) -> list[bool]:
         """Try each lock without waiting; one round trip for all of them."""
@@ -54,11 +62,23 @@ class LockBackend(abc.ABC):
         """Release locks another thread of this process took (one the watchdog abandoned).
         Database locks need nothing: they died with the connection the watchdog ended."""
 
+    def try_acquire_named_by(
+        self, prefix: str
+    ) -> Callable[[sa.ColumnElement], sa.ColumnElement] | None:
+        """key → an expression taking, in the statement that reads the key, the lock named
+        ``prefix`` + key; None if these locks cannot be taken in SQL (read, then try_acquire)."""
+        return None
+
     def holding(self, conn: Connection, names: Sequence[str]) -> bool:
         """Whether this owner still holds every one of ``names`` (checked just before a job's
         outcome commits). Database locks belong to the session that commits, so they cannot
         be lost while the transaction survives: always True here."""
         return True
+
+    def ask_holding(self, names: Sequence[str]) -> Callable[[Connection], bool]:
+        """``holding``, asked now and answered by the call returned (a question that travels
+        elsewhere travels meanwhile)."""
+        return lambda conn: self.holding(conn, names)
 
 
 class DatabaseLocks(LockBackend):
@@ -68,6 +88,8 @@ class DatabaseLocks(LockBackend):
     (a lock function in a WHERE clause may be evaluated for rows the planner later discards,
     leaving locks nobody knows about).
     """
+
+    releases_in_transaction = True
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
@@ -81,6 +103,11 @@ class DatabaseLocks(LockBackend):
     def release(self, conn: Connection, names: Sequence[str]) -> None:
         if names:
             _execute(conn, sa.select(*(self.dialect.unlock(n) for n in names)))
+
+    def try_acquire_named_by(
+        self, prefix: str
+    ) -> Callable[[sa.ColumnElement], sa.ColumnElement] | None:
+        return self.dialect.try_lock_named_by(prefix)
 
 
 def _execute(conn: Connection, stmt: sa.Select) -> sa.Row:

@@ -149,6 +149,20 @@ class Dialect(abc.ABC):
     def unlock(self, name: str) -> ColumnElement:
         raise StrategyNotSupportedError(self.named_locks_unsupported_reason())
 
+    def try_lock_named_by(self, prefix: str) -> Callable[[ColumnElement], ColumnElement] | None:
+        """key → ``try_lock(prefix + str(key))``, for a key read in the same statement (a job's
+        id); None where that name cannot be built in SQL: the caller then reads the keys first
+        and locks them in a second statement."""
+        return None
+
+    def commit_unflushed(self) -> ColumnElement | None:
+        """An expression that, read in a transaction, lets its COMMIT return before the log
+        reaches the disk; None where no setting does that for one transaction. Only for a
+        transaction whose loss in a crash loses nothing: a lock-based claim's ``running`` mark
+        (lost, the job is simply available again), which the outcome's own durable commit,
+        later in the same log, makes durable anyway."""
+        return None
+
     # ---- ending another thread's connection (a handler stuck past its timeout) --------------
     def end_connection(self, engine: Engine, dbapi_connection: Any) -> bool:
         """End a connection another thread holds, from outside: its transaction rolls back and

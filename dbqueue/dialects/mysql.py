@@ -7,6 +7,7 @@ and the session's time zones never matter (TIMESTAMP would convert, and stops at
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,9 +22,12 @@ _NO_SUCH_TABLE = 1146
 _TRANSIENT = {1205, 1213}  # lock wait timeout, deadlock
 
 
+_MAX_LOCK_NAME = 64
+
+
 def lock_name(name: str) -> str:
     """GET_LOCK names are limited to 64 characters: long ones are replaced by a hash."""
-    if len(name) <= 64:
+    if len(name) <= _MAX_LOCK_NAME:
         return name
     return "dbqueue:" + hashlib.blake2b(name.encode(), digest_size=24).hexdigest()
 
@@ -106,6 +110,18 @@ class MySQLDialect(Dialect):
 
     def unlock(self, name: str) -> ColumnElement:
         return sa.func.release_lock(sa.literal(lock_name(name)))
+
+    def try_lock_named_by(self, prefix: str) -> Callable[[ColumnElement], ColumnElement] | None:
+        # The same name as try_lock's as long as lock_name keeps it whole: a BIGINT has at most
+        # 20 characters.
+        if len(prefix) + 20 > _MAX_LOCK_NAME:
+            return None
+
+        def lock(key: ColumnElement) -> ColumnElement:
+            name = sa.func.concat(sa.literal(prefix), key)
+            return sa.func.get_lock(name, sa.literal_column("0"))
+
+        return lock
 
     def end_connection(self, engine: Engine, dbapi_connection: Any) -> bool:
         return kill_connection(engine, dbapi_connection)

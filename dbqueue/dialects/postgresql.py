@@ -112,6 +112,11 @@ class PostgresDialect(Dialect):
     def unlock(self, name: str) -> ColumnElement:
         return sa.func.pg_advisory_unlock(sa.literal(lock_key(name), sa.BigInteger()))
 
+    def commit_unflushed(self) -> ColumnElement:
+        # synchronous_commit=off for this transaction only (set_config's is_local): its commit
+        # is visible at once and durable within wal_writer_delay, or with any later flush.
+        return sa.func.set_config("synchronous_commit", "off", sa.true())
+
     def end_connection(self, engine: Engine, dbapi_connection: Any) -> bool:
         # Terminate, not cancel: a handler blocked outside the database (time.sleep) has no
         # query to cancel, and its session must end to release its row and advisory locks.

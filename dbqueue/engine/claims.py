@@ -4,7 +4,7 @@ a worker needs between claims (due times, runnable queues, running jobs)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -131,14 +131,48 @@ class Claims(Keys):
         return found
 
     def candidate_ids(
-        self, conn: Connection, queue: str, limit: int, offset: int = 0, task: str | None = None
+        self,
+        conn: Connection,
+        queue: str,
+        limit: int,
+        offset: int = 0,
+        task: str | None = None,
+        also: sa.ColumnElement | None = None,
     ) -> list[int]:
         """Ids of runnable jobs in claim order, without locking (lock-based strategies);
-        ``task``: of that task only (a batch handler's gathering)."""
+        ``task``: of that task only (a batch handler's gathering); ``also``: an expression
+        read along, for its effect on the transaction (``Dialect.commit_unflushed``)."""
+        stmt = self._candidates(queue, limit, offset, task, also)
+        return list(conn.execute(stmt).scalars())
+
+    def locked_candidates(
+        self,
+        conn: Connection,
+        queue: str,
+        limit: int,
+        offset: int,
+        task: str | None,
+        lock: Callable[[sa.ColumnElement], sa.ColumnElement],
+    ) -> list[tuple[int, bool]]:
+        """``candidate_ids`` and, in the same statement, ``lock(id)`` tried on each: (id,
+        whether its lock was taken). The lock is in the select list over the LIMITed list (a
+        derived table, materialised), so it is tried exactly once for each id returned."""
+        listed = self._candidates(queue, limit, offset, task, None).subquery("candidates")
+        rows = conn.execute(sa.select(listed.c.id, lock(listed.c.id)))
+        return [(int(job_id), bool(taken)) for job_id, taken in rows]
+
+    def _candidates(
+        self,
+        queue: str,
+        limit: int,
+        offset: int,
+        task: str | None,
+        also: sa.ColumnElement | None,
+    ) -> sa.Select:
         j = self.jobs
         of_task = [] if task is None else [j.c.task == task]
-        stmt = (
-            sa.select(j.c.id)
+        return (
+            sa.select(j.c.id, *([] if also is None else [also]))
             .where(
                 j.c.status == Status.AVAILABLE,
                 j.c.queue == queue,
@@ -149,7 +183,6 @@ class Claims(Keys):
             .limit(limit)
             .offset(offset)
         )
-        return list(conn.execute(stmt).scalars())
 
     def claim_ids(
         self, conn: Connection, ids: Sequence[int], worker_id: str, due_only: bool = True

@@ -120,6 +120,11 @@ class LockServerClient:
         what the server did with the request, and closing makes the server free every lock the
         connection held, which is the one safe way out.
         """
+        return self.request_later(op, **fields)()
+
+    def request_later(self, op: str, **fields: Any) -> Callable[[], dict[str, Any]]:
+        """Send a request now; the call returned waits for its reply, as ``request`` does, so
+        that the caller can do other work (a database statement) while it travels."""
         deadline = time.monotonic() + self.timeout
         if not self._connected.wait(self.timeout):
             raise self._unavailable()
@@ -136,13 +141,22 @@ class LockServerClient:
             except (OSError, ProtocolError) as exc:
                 self._broken(sock, f"sending {op} failed: {exc}")
                 raise self._unavailable() from None
-            if not pending.event.wait(max(0.0, deadline - time.monotonic())):
-                self._broken(sock, f"no reply to {op} within {self.timeout:g}s")
-                raise self._unavailable()
-        finally:
+        except BaseException:
             with self._state:
                 self._pending.pop(request_id, None)
-        return self._checked(op, pending.reply)
+            raise
+
+        def reply() -> dict[str, Any]:
+            try:
+                if not pending.event.wait(max(0.0, deadline - time.monotonic())):
+                    self._broken(sock, f"no reply to {op} within {self.timeout:g}s")
+                    raise self._unavailable()
+            finally:
+                with self._state:
+                    self._pending.pop(request_id, None)
+            return self._checked(op, pending.reply)
+
+        return reply
 
     async def request_async(self, op: str, **fields: Any) -> dict[str, Any]:
         """``request`` for a coroutine: the same connection and protocol, and the event loop
@@ -375,8 +389,8 @@ class LockServerClient:
                     log.exception("wake-up callback failed")
             return
         request_id = message.get("id")
-        with self._state:
-            pending = self._pending.get(request_id) if isinstance(request_id, int) else None
+        with self._state:  # popped: a reply nobody waits for any more leaves nothing behind
+            pending = self._pending.pop(request_id, None) if isinstance(request_id, int) else None
         if pending is not None:
             pending.reply = message
             pending.done()

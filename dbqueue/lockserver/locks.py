@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from ..errors import DbqueueError
 from ..locks import LockBackend
 from . import protocol
 from .client import LockServerClient, Send
@@ -80,6 +81,21 @@ class LockServerLocks(LockBackend):
             if not all(self._request("holding", names=chunk, owner=owner).get("held", [])):
                 return False
         return True
+
+    def ask_holding(self, names: Sequence[str]) -> Callable[[Connection], bool]:
+        """The question is sent now, and its answer read when wanted: the outcome's UPDATE runs
+        while it travels. (An async slot asks when the answer is wanted.)"""
+        if ASYNC_OWNER.get() is not None:
+            return lambda conn: self.holding(conn, names)
+        owner = _owner()
+        try:
+            replies = [
+                self.client.request_later("holding", names=chunk, owner=owner)
+                for chunk in _chunks(names)
+            ]
+        except DbqueueError:  # no server now: asked again when wanted, after the fenced UPDATE
+            return lambda conn: self.holding(conn, names)
+        return lambda conn: all(all(reply().get("held", [])) for reply in replies)
 
     def _request(self, op: str, **fields: Any) -> dict[str, Any]:
         """A request and its reply: awaited on the loop from an async slot's greenlet (the

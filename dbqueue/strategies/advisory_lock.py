@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Connection
@@ -21,7 +22,7 @@ from ..config import Settings
 from ..dialects import Dialect
 from ..errors import StrategyNotSupportedError
 from ..job import Job
-from ..locks import DatabaseLocks, LockBackend, job_lock_name, slot_lock_name
+from ..locks import DatabaseLocks, LockBackend, job_lock_name, job_lock_prefix, slot_lock_name
 from .base import ClaimStrategy
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ class LockClaimStrategy(ClaimStrategy):
         self.locks = locks
         #: job id → the slot lock its claim took (jobs of limited queues), until released.
         self._slot_locks: dict[int, str] = {}
+        #: worker thread id → its window among the candidates (see ``_lock_candidates``).
+        self._windows: dict[str, int] = {}
         self._mutex = threading.Lock()
 
     def claim(
@@ -102,7 +105,7 @@ class LockClaimStrategy(ClaimStrategy):
                         return None
                     held.append(slot[1])
                 keep, names = self._lock_candidates(
-                    conn, engine, queue, limit, namespace, held, task
+                    conn, engine, queue, limit, namespace, held, task, worker_id, slot is not None
                 )
                 jobs = engine.claim_ids(conn, keep, worker_id) if keep else []
                 if slot is not None and jobs:
@@ -132,27 +135,79 @@ class LockClaimStrategy(ClaimStrategy):
         namespace: str,
         held: list[str],
         task: str | None = None,
+        worker_id: str = "",
+        limited: bool = False,
     ) -> tuple[list[int], dict[int, str]]:
         """Lock up to ``limit`` runnable jobs; their ids, and the lock names by id. ``held``
-        gets the names of the locks held, so that a failure can let go of them."""
+        gets the names of the locks held, so that a failure can let go of them.
+
+        Each thread of the process tries first a window of its own among the candidates (the
+        first thread the head of the line), so that threads listing the same jobs at once
+        rarely meet on their locks; only when its window is all taken does it try the rest.
+        Locking just ``limit`` jobs spares the statement that would give back the extra ones.
+        """
+        # A limited queue's claim takes one job, its slot already taken: the head of the line.
+        window = 0 if limited else self._window(worker_id)
+        locked = self._lock_window(conn, engine, queue, limit, namespace, window, task)
+        if locked:
+            held.extend(locked.values())
+            return list(locked), locked
         wanted = min(limit * OVERFETCH, MAX_CANDIDATES)
         for page in range(PAGES):
-            ids = engine.candidate_ids(conn, queue, wanted, offset=page * wanted, task=task)
+            ids = engine.candidate_ids(
+                conn, queue, wanted, page * wanted, task, self.dialect.commit_unflushed()
+            )
             if not ids:
                 return [], {}
             names = {job_id: job_lock_name(namespace, job_id) for job_id in ids}
-            taken = self.locks.try_acquire(conn, list(names.values()))
-            locked = [job_id for job_id, ok in zip(ids, taken, strict=True) if ok]
-            held.extend(names[i] for i in locked)
-            if locked:
-                keep, extra = locked[:limit], locked[limit:]
-                self.locks.release(conn, [names[i] for i in extra])
-                for job_id in extra:
-                    held.remove(names[job_id])
-                return keep, names
+            start = (window * limit) % len(ids)
+            ordered = ids[start:] + ids[:start]
+            for group in (ordered[:limit], ordered[limit:]):
+                locked = self._try_group(conn, group, names, held)
+                if locked:
+                    keep, extra = locked[:limit], locked[limit:]
+                    self.locks.release(conn, [names[i] for i in extra])
+                    for job_id in extra:
+                        held.remove(names[job_id])
+                    return keep, names
             if len(ids) < wanted:
                 return [], {}
         return [], {}
+
+    def _lock_window(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        limit: int,
+        namespace: str,
+        window: int,
+        task: str | None,
+    ) -> dict[int, str]:
+        """Where the database can name a job's lock in SQL, list this thread's window and lock
+        it in one statement: the locks taken, by job id (none: list and lock in two)."""
+        lock = self.locks.try_acquire_named_by(job_lock_prefix(namespace))
+        if lock is None:
+            return {}
+        rows = engine.locked_candidates(conn, queue, limit, window * limit, task, lock)
+        return {job_id: job_lock_name(namespace, job_id) for job_id, taken in rows if taken}
+
+    def _try_group(
+        self, conn: Connection, group: list[int], names: dict[int, str], held: list[str]
+    ) -> list[int]:
+        """Try the locks of ``group`` in one round trip; the ids locked (noted in ``held``)."""
+        if not group:
+            return []
+        taken = self.locks.try_acquire(conn, [names[i] for i in group])
+        locked = [job_id for job_id, ok in zip(group, taken, strict=True) if ok]
+        held.extend(names[i] for i in locked)
+        return locked
+
+    def _window(self, worker_id: str) -> int:
+        """This thread's window among the candidates: threads are numbered in the order of
+        their first claim."""
+        with self._mutex:
+            return self._windows.setdefault(worker_id, len(self._windows) % OVERFETCH)
 
     def _take_slot(
         self, conn: Connection, namespace: str, queue: str, slots: int
@@ -192,9 +247,20 @@ class LockClaimStrategy(ClaimStrategy):
         except Exception:  # the connection that failed may be what holds them: they die with it
             log.debug("releasing %d lock(s) after a failed claim failed", len(names), exc_info=True)
 
-    def release(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
+    @property
+    def releases_with_outcome(self) -> bool:
+        return self.locks.releases_in_transaction
+
+    def release_jobs(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
         namespace = engine.tables.names.qualified_jobs
-        names = [job_lock_name(namespace, job.id) for job in jobs]
+        self.locks.release(conn, [job_lock_name(namespace, job.id) for job in jobs])
+
+    def release(
+        self, conn: Connection, engine: QueueEngine, jobs: list[Job], jobs_released: bool = False
+    ) -> None:
+        """A limited queue's slot waits for the commit: until then the job counts as running."""
+        namespace = engine.tables.names.qualified_jobs
+        names = [] if jobs_released else [job_lock_name(namespace, job.id) for job in jobs]
         self.locks.release(conn, names + self._slots_of(jobs))
 
     def release_abandoned(self, engine: QueueEngine, jobs: list[Job], thread_id: int) -> None:
@@ -213,6 +279,10 @@ class LockClaimStrategy(ClaimStrategy):
     def holds(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> bool:
         namespace = engine.tables.names.qualified_jobs
         return self.locks.holding(conn, [job_lock_name(namespace, job.id) for job in jobs])
+
+    def ask_holds(self, engine: QueueEngine, jobs: list[Job]) -> Callable[[Connection], bool]:
+        namespace = engine.tables.names.qualified_jobs
+        return self.locks.ask_holding([job_lock_name(namespace, job.id) for job in jobs])
 
     @property
     def liveness_locks(self) -> LockBackend:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from sqlalchemy.engine import Connection, Engine
@@ -93,8 +94,23 @@ class ClaimStrategy(abc.ABC):
     #: the claim holds the database's single write lock: the enqueues waited for would wait too.
     waits_holding_claims: ClassVar[bool] = True
 
-    def release(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
-        """Give up whatever external locks the claim took (after the batch committed)."""
+    @property
+    def releases_with_outcome(self) -> bool:
+        """Whether the jobs' locks may go in the outcome's transaction, after its fenced
+        UPDATEs, just before it commits (``release_jobs``): a database session's lock, whose
+        release is then one statement more there instead of a transaction of its own. Safe:
+        until the commit, the outcome's row locks make a rescue that takes the lock wait, then
+        find the job no longer running."""
+        return False
+
+    def release_jobs(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:  # noqa: B027
+        """Give up the jobs' own locks in the outcome's transaction (``releases_with_outcome``)."""
+
+    def release(
+        self, conn: Connection, engine: QueueEngine, jobs: list[Job], jobs_released: bool = False
+    ) -> None:
+        """Give up whatever external locks the claim took (after the batch committed);
+        ``jobs_released``: the jobs' own locks already went with the outcome."""
 
     def release_abandoned(self, engine: QueueEngine, jobs: list[Job], thread_id: int) -> None:  # noqa: B027
         """Give up the external locks a thread the watchdog abandoned took for ``jobs``."""
@@ -104,6 +120,11 @@ class ClaimStrategy(abc.ABC):
         outcome commits. A row lock or a database session lock cannot be lost while the
         transaction lives; the lock server's can (it restarted, the connection dropped)."""
         return True
+
+    def ask_holds(self, engine: QueueEngine, jobs: list[Job]) -> Callable[[Connection], bool]:
+        """``holds``, asked now (before the outcome's UPDATE) and answered by the call
+        returned (just before the commit): a question to the lock server travels meanwhile."""
+        return lambda conn: self.holds(conn, engine, jobs)
 
     @property
     def liveness_locks(self) -> LockBackend | None:

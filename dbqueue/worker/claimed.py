@@ -49,5 +49,5 @@ def claim_and_run(
         except Exception:  # the original error says more; rescue frees what is left
             log.debug("releasing the locks of a failed batch failed", exc_info=True)
         raise
-    strategy.release(conn, engine, jobs)
+    strategy.release(conn, engine, jobs, jobs_released=result.released)
     return result

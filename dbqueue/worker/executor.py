@@ -13,6 +13,7 @@ the handlers' writes, and the job is given back — it runs once, never twice.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,10 @@ class BatchResult:
     failed: int = 0
     skipped: int = 0
     cancelled: int = 0
+    #: The jobs' locks went with the outcome's commit (``strategy.releases_with_outcome``).
+    released: bool = False
+    #: Time spent in the handlers (what sizes the next batch; the claim and commits excluded).
+    handler_seconds: float = 0.0
 
 
 @dataclass
@@ -150,8 +155,12 @@ class BatchExecutor(HandlerCalls):
         try:
             with conn.begin():
                 ran = self._run_batch(conn, engine, jobs, should_stop, claimed_by=self.worker_id)
+                holds = self.strategy.ask_holds(engine, ran.started) if ran.started else None
                 changed = self._complete(conn, engine, ran.done, claimed_by=self.worker_id)
-                self._check_still_ours(conn, engine, ran.started, changed + ran.changed)
+                self._check_still_ours(conn, engine, ran.started, changed + ran.changed, holds)
+                if self.strategy.releases_with_outcome:
+                    self.strategy.release_jobs(conn, engine, jobs)
+                    ran.result.released = True
         except ClaimLostError as lost:
             self._lost(conn, engine, jobs, lost)
             return BatchResult(skipped=len(jobs))
@@ -181,9 +190,11 @@ class BatchExecutor(HandlerCalls):
                 try:
                     with conn.begin():
                         self._watch(conn, unit)
+                        began = time.monotonic()
                         outcomes, undone = self._run_unit(
                             self._sessions(conn, savepoint=False), unit
                         )
+                        result.handler_seconds += time.monotonic() - began
                         if undone:
                             raise _HandlerFailed(outcomes)
                         ran = self._settle_alone(conn, engine, unit, outcomes)
@@ -223,17 +234,25 @@ class BatchExecutor(HandlerCalls):
             log.debug("could not give back %d claimed job(s): %s", len(jobs), exc)
 
     def _check_still_ours(
-        self, conn: Connection, engine: QueueEngine, started: list[Job], changed: int
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        started: list[Job],
+        changed: int,
+        holds: Callable[[Connection], bool] | None = None,
     ) -> None:
-        """Raise ClaimLostError unless every outcome UPDATE matched and every lock is held."""
+        """Raise ClaimLostError unless every outcome UPDATE matched and every lock is held
+        (``holds``: the strategy's answer, asked before the UPDATE)."""
         if not started:
             return
+        if holds is None:
+            holds = self.strategy.ask_holds(engine, started)
         if changed != len(started):
             raise ClaimLostError(
                 f"{len(started) - changed} of {len(started)} job(s) were no longer running "
                 "under this worker"
             )
-        if not self.strategy.holds(conn, engine, started):
+        if not holds(conn):
             raise ClaimLostError("the lock server no longer knows this worker as their holder")
 
     def _lost(self, conn: Connection, engine: QueueEngine, jobs: list[Job], exc: Exception) -> None:
@@ -270,7 +289,9 @@ class BatchExecutor(HandlerCalls):
             if should_stop() or session.tenant_used:  # never started: given back untouched
                 ran.unstarted += [job for later in todo[index:] for job in later]
                 break
+            began = time.monotonic()
             outcomes, _ = self._run_unit(session, unit)
+            ran.result.handler_seconds += time.monotonic() - began
             self._take(conn, engine, unit, outcomes, claimed_by, ran)
         ran.result.skipped = len(ran.unstarted)
         self.finished.note(ran.started)
@@ -436,3 +457,4 @@ def _add(total: BatchResult, part: BatchResult) -> None:
     total.failed += part.failed
     total.skipped += part.skipped
     total.cancelled += part.cancelled
+    total.handler_seconds += part.handler_seconds

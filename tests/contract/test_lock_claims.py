@@ -1,0 +1,93 @@
+"""Lock-based claims (advisory_lock, lock_server), on every database that has them: a claim
+holds the locks of exactly the jobs it returns, and a batch's locks are all given up once its
+outcome has committed. A lock left behind would hide a runnable job from every other worker
+(or, on a dead worker's job, keep rescue away) for as long as the connection lives."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from support.backends import BACKENDS
+
+from dbqueue.locks import job_lock_name
+from dbqueue.worker.claimed import claim_and_run
+from dbqueue.worker.executor import BatchExecutor
+
+LOCK_BACKENDS = sorted(
+    key for key, spec in BACKENDS.items() if spec.strategy in ("advisory_lock", "lock_server")
+)
+
+
+@pytest.fixture
+def setup(backend) -> Iterator[tuple[Any, Any, sa.Engine, list[int]]]:
+    app = backend.app()
+    app.task("noop")(lambda job, session: None)
+    context = app.context.reconfigured(strategy=backend.strategy)
+    engine = context.create_engine()
+    app.enqueue_many(engine, [{"task": "noop", "payload": {"n": i}} for i in range(30)])
+    strategy = context.open_strategy(context.check_database(engine))
+    with engine.connect() as conn:  # (enqueue_many returns no ids where there is no RETURNING)
+        jobs = context.queue_engine(conn).jobs
+        ids = sorted(conn.execute(sa.select(jobs.c.id)).scalars())
+    try:
+        yield context, strategy, engine, ids
+    finally:
+        strategy.close()
+        engine.dispose()
+
+
+def _free(strategy: Any, conn: sa.Connection, engine: Any, ids: list[int]) -> list[bool]:
+    """Whether each job's lock is free (taken and at once given back, from ``conn``)."""
+    names = [job_lock_name(engine.tables.names.qualified_jobs, job_id) for job_id in ids]
+    taken = strategy.locks.try_acquire(conn, names)
+    strategy.locks.release(conn, [name for name, ok in zip(names, taken, strict=True) if ok])
+    return taken
+
+
+@pytest.mark.parametrize("backend", LOCK_BACKENDS, indirect=True)
+def test_a_claim_locks_exactly_the_jobs_it_returns(setup) -> None:
+    context, strategy, engine, ids = setup
+    with engine.connect() as a, engine.connect() as b, engine.connect() as other:
+        queue_engine = context.queue_engine(a)
+        namespace = queue_engine.tables.names.qualified_jobs
+        # Another holder has two of the jobs the first claim would take: it takes the others.
+        held = [job_lock_name(namespace, ids[2]), job_lock_name(namespace, ids[5])]
+        assert strategy.locks.try_acquire(other, held) == [True, True]
+        first = strategy.claim(a, queue_engine, "default", 10, "test:a")
+        strategy.locks.release(other, held)
+        second = strategy.claim(b, queue_engine, "default", 30, "test:b")
+        got_first, got_second = {job.id for job in first}, {job.id for job in second}
+        assert got_first and ids[2] not in got_first and ids[5] not in got_first
+        assert not got_first & got_second
+        # Every job is claimed by one or the other: no lock was left on a job neither returned.
+        assert got_first | got_second == set(ids)
+        assert _free(strategy, other, queue_engine, ids) == [False] * len(ids)
+        strategy.release(a, queue_engine, first)
+        strategy.release(b, queue_engine, second)
+        assert _free(strategy, other, queue_engine, ids) == [True] * len(ids)
+
+
+@pytest.mark.parametrize("backend", LOCK_BACKENDS, indirect=True)
+def test_a_batch_gives_up_every_lock_once_its_outcome_commits(setup) -> None:
+    context, strategy, engine, ids = setup
+    executor = BatchExecutor(context, strategy, "test:a")
+    with engine.connect() as conn, engine.connect() as other:
+        queue_engine = context.queue_engine(conn)
+
+        def claim() -> list[Any]:
+            return strategy.claim(conn, queue_engine, "default", 10, "test:a")
+
+        result = claim_and_run(executor, conn, queue_engine, claim, lambda: False)
+        assert result is not None and result.succeeded == 10
+        # The worker's connection is still open: its locks would still be held.
+        assert _free(strategy, other, queue_engine, ids) == [True] * len(ids)
+        with other.begin():
+            done = other.execute(
+                sa.select(sa.func.count())
+                .select_from(queue_engine.jobs)
+                .where(queue_engine.jobs.c.status == "succeeded")
+            ).scalar_one()
+        assert done == 10
