@@ -29,7 +29,10 @@ def sync(jobs: list[dbqueue.Job], session: dbqueue.JobSession) -> None:
     if not held:
         return
     folder = Path(held[0])
-    (folder / f"started-{os.getpid()}").write_text(",".join(str(j.id) for j in jobs))
+    # Written whole (a rename): the test may SIGKILL this process as soon as the file appears.
+    partial = folder / f"partial-{os.getpid()}"
+    partial.write_text(",".join(str(j.id) for j in jobs))
+    partial.rename(folder / f"started-{os.getpid()}")
     deadline = time.monotonic() + 120
     while not (folder / "release").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
