@@ -103,46 +103,35 @@ def fleet(url: str, size: int, options: list[str], ready_timeout: float = 600) -
 
 def server_connections(url: str) -> int | None:
     """Client connections the server holds for this database (None: SQLite has no server)."""
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            backend = conn.dialect.name
-            if backend == "postgresql":
-                query = (
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                )
-            elif backend in ("mysql", "mariadb"):
-                query = (
-                    "SELECT count(*) FROM information_schema.PROCESSLIST "
-                    "WHERE DB = DATABASE() AND ID <> CONNECTION_ID()"
-                )
-            else:
-                return None
-            return int(conn.execute(sa.text(query)).scalar_one())
-    finally:
-        engine.dispose()
+    return _server_count(
+        url,
+        postgresql="SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        mysql="SELECT count(*) FROM information_schema.PROCESSLIST "
+        "WHERE DB = DATABASE() AND ID <> CONNECTION_ID()",
+    )
 
 
 def free_connections(url: str) -> int | None:
     """Connections the server would still accept (None: no server, no limit)."""
+    return _server_count(
+        url,
+        postgresql="SELECT current_setting('max_connections')::int"
+        " - current_setting('superuser_reserved_connections')::int"
+        " - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')",
+        mysql="SELECT @@max_connections - (SELECT count(*) FROM information_schema.PROCESSLIST)",
+    )
+
+
+def _server_count(url: str, postgresql: str, mysql: str) -> int | None:
+    """One number the server reports, by the query for its kind (None: SQLite, no server)."""
     engine = sa.create_engine(url)
     try:
         with engine.connect() as conn:
-            backend = conn.dialect.name
-            if backend == "postgresql":
-                query = (
-                    "SELECT current_setting('max_connections')::int"
-                    " - current_setting('superuser_reserved_connections')::int"
-                    " - (SELECT count(*) FROM pg_stat_activity"
-                    "    WHERE backend_type = 'client backend')"
-                )
-            elif backend in ("mysql", "mariadb"):
-                query = (
-                    "SELECT @@max_connections"
-                    " - (SELECT count(*) FROM information_schema.PROCESSLIST)"
-                )
-            else:
+            query = {"postgresql": postgresql, "mysql": mysql, "mariadb": mysql}.get(
+                conn.dialect.name
+            )
+            if query is None:
                 return None
             return int(conn.execute(sa.text(query)).scalar_one())
     finally:
