@@ -69,6 +69,11 @@ class LockBackend(abc.ABC):
         ``prefix`` + key; None if these locks cannot be taken in SQL (read, then try_acquire)."""
         return None
 
+    def release_statement(self, prefix: str) -> sa.Select | None:
+        """A statement releasing, on its connection, the locks named ``prefix`` + key for each
+        key of its array parameter ``keys`` (a batch's jobs); None: ``release`` them."""
+        return None
+
     def holding(self, conn: Connection, names: Sequence[str]) -> bool:
         """Whether this owner still holds every one of ``names`` (checked just before a job's
         outcome commits). Database locks belong to the session that commits, so they cannot
@@ -108,6 +113,9 @@ class DatabaseLocks(LockBackend):
         self, prefix: str
     ) -> Callable[[sa.ColumnElement], sa.ColumnElement] | None:
         return self.dialect.try_lock_named_by(prefix)
+
+    def release_statement(self, prefix: str) -> sa.Select | None:
+        return self.dialect.unlock_named_by(prefix)
 
 
 def _execute(conn: Connection, stmt: sa.Select) -> sa.Row:

@@ -29,6 +29,9 @@ REVIEWED = {
     ("dialects/mysql.py", 'sa.literal_column("6")'): "constant: UTC_TIMESTAMP precision",
     ("dialects/mysql.py", 'sa.literal_column("MICROSECOND")'): "constant: a unit keyword",
     ("dialects/mysql.py", 'sa.literal_column("0")'): "constant: GET_LOCK's timeout",
+    ("dialects/mysql.py", "sa.func.concat(column, sa.literal_column(\"''\"))"): (
+        "constant: an empty string"
+    ),
     ("dialects/mysql.py", 'sa.text("KILL CONNECTION :id")'): "no Core construct; id is bound",
     ("dialects/mysql.py", 'sa.text("(UTC_TIMESTAMP(6))")'): "constant DDL default",
     ("dialects/sqlite.py", "sa.literal_column(\"''\")"): "constant: an empty string",

@@ -9,6 +9,7 @@ same way: ``supports_*`` flags filled in when the first connection reveals the v
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -149,10 +150,25 @@ class Dialect(abc.ABC):
     def unlock(self, name: str) -> ColumnElement:
         raise StrategyNotSupportedError(self.named_locks_unsupported_reason())
 
+    #: Whether a WITH clause may hold an UPDATE … RETURNING (PostgreSQL): a lock-based claim
+    #: then lists, locks and marks its jobs in one statement.
+    writes_in_with = False
+
     def try_lock_named_by(self, prefix: str) -> Callable[[ColumnElement], ColumnElement] | None:
         """key → ``try_lock(prefix + str(key))``, for a key read in the same statement (a job's
         id); None where that name cannot be built in SQL: the caller then reads the keys first
         and locks them in a second statement."""
+        return None
+
+    def one_statement_transaction(self, conn: Connection) -> contextlib.AbstractContextManager[Any]:
+        """A transaction for work whose statements may each commit on their own (a lock-based
+        claim's one statement): where the driver can, each commits as it runs, sparing the
+        BEGIN and COMMIT round trips; elsewhere a plain transaction."""
+        return conn.begin()
+
+    def unlock_named_by(self, prefix: str) -> sa.Select | None:
+        """A statement releasing the locks ``try_lock_named_by(prefix)`` takes, one for each
+        key of its array parameter ``keys``; None where there is none (``unlock`` each)."""
         return None
 
     def commit_unflushed(self) -> ColumnElement | None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..sqltypes import JsonText, NativeJson
@@ -22,14 +23,29 @@ _UTC = dt.timezone.utc
 _TRANSIENT = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
 
 
+#: A name ending in a number of up to this many digits (a job's id) is keyed by that number.
+_MAX_NUMBER_DIGITS = 19
+_BIGINT_END = 2**63
+
+
 def lock_key(name: str) -> int:
-    """Advisory locks take a bigint: the name's 64-bit hash.
+    """Advisory locks take a bigint: the name's 64-bit hash, or, for a name ending in a number
+    (a job's lock), its stem's hash XOR the number: SQL can then key a job's lock from its id
+    (``try_lock_named_by``), and a stem's numbers never collide with one another.
 
     A collision can only make a lock look taken when it is not (a job waits a round longer),
     never let two holders share one.
     """
+    stem = name.rstrip("0123456789")
+    digits = name[len(stem) :]
+    if not digits or len(digits) > _MAX_NUMBER_DIGITS or int(digits) >= _BIGINT_END:
+        return _hash64(name)
+    return _hash64(stem) ^ int(digits)
+
+
+def _hash64(text: str) -> int:
     return int.from_bytes(
-        hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True
+        hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True
     )
 
 
@@ -47,6 +63,7 @@ class PostgresDialect(Dialect):
     supports_skip_locked = True
     supports_named_locks = True
     supports_listen_notify = True
+    writes_in_with = True
 
     def now(self) -> ColumnElement:
         # statement_timestamp(), not now(): now() is frozen at the start of the transaction, and
@@ -111,6 +128,43 @@ class PostgresDialect(Dialect):
 
     def unlock(self, name: str) -> ColumnElement:
         return sa.func.pg_advisory_unlock(sa.literal(lock_key(name), sa.BigInteger()))
+
+    def try_lock_named_by(self, prefix: str) -> Callable[[ColumnElement], ColumnElement] | None:
+        # lock_key(prefix + str(key)) for a key that is a bigint, never negative (a job's id):
+        # the stem's hash XOR the key.
+        stem = sa.literal(_hash64(prefix), sa.BigInteger())
+
+        def lock(key: ColumnElement) -> ColumnElement:
+            return sa.func.pg_try_advisory_lock(stem.op("#")(key))
+
+        return lock
+
+    @contextlib.contextmanager
+    def one_statement_transaction(self, conn: Connection) -> Iterator[None]:
+        # The driver's autocommit: each statement its own transaction, with no BEGIN sent
+        # first nor COMMIT after (SQLAlchemy's transaction is then bookkeeping). set_config's
+        # is_local still holds for the statement's own transaction (commit_unflushed).
+        dbapi = conn.connection.dbapi_connection
+        if conn.in_transaction() or not hasattr(dbapi, "autocommit"):
+            with conn.begin():
+                yield
+            return
+        dbapi.autocommit = True
+        try:
+            with conn.begin():
+                yield
+        finally:
+            # A connection closed by the failure that ended the block refuses: invalidated.
+            with contextlib.suppress(Exception):
+                dbapi.autocommit = False
+
+    def unlock_named_by(self, prefix: str) -> sa.Select | None:
+        # One array parameter, whatever the number of keys: the statement is compiled once.
+        stem = sa.literal(_hash64(prefix), sa.BigInteger())
+        keys = sa.bindparam("keys", type_=postgresql.ARRAY(sa.BigInteger()))
+        listed = sa.func.unnest(keys).table_valued("key").render_derived()
+        unlocked = sa.func.pg_advisory_unlock(stem.op("#")(listed.c.key))
+        return sa.select(sa.func.count(unlocked)).select_from(listed)
 
     def commit_unflushed(self) -> ColumnElement:
         # synchronous_commit=off for this transaction only (set_config's is_local): its commit

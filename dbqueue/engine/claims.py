@@ -5,6 +5,7 @@ a worker needs between claims (due times, runnable queues, running jobs)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -142,8 +143,18 @@ class Claims(Keys):
         """Ids of runnable jobs in claim order, without locking (lock-based strategies);
         ``task``: of that task only (a batch handler's gathering); ``also``: an expression
         read along, for its effect on the transaction (``Dialect.commit_unflushed``)."""
-        stmt = self._candidates(queue, limit, offset, task, also)
-        return list(conn.execute(stmt).scalars())
+        stmt = self.statement(
+            f"candidates:{task is not None}:{also is not None}",
+            lambda: self._candidates(
+                sa.bindparam("queue", type_=self.jobs.c.queue.type),
+                sa.bindparam("limit", type_=sa.Integer()),
+                sa.bindparam("offset", type_=sa.Integer()),
+                None if task is None else sa.bindparam("task", type_=self.jobs.c.task.type),
+                also,
+            ),
+        )
+        params = {"queue": queue, "limit": limit, "offset": offset, "task": task}
+        return list(conn.execute(stmt, params).scalars())
 
     def locked_candidates(
         self,
@@ -153,20 +164,100 @@ class Claims(Keys):
         offset: int,
         task: str | None,
         lock: Callable[[sa.ColumnElement], sa.ColumnElement],
+        prefix: str = "",
     ) -> list[tuple[int, bool]]:
         """``candidate_ids`` and, in the same statement, ``lock(id)`` tried on each: (id,
         whether its lock was taken). The lock is in the select list over the LIMITed list (a
-        derived table, materialised), so it is tried exactly once for each id returned."""
-        listed = self._candidates(queue, limit, offset, task, None).subquery("candidates")
-        rows = conn.execute(sa.select(listed.c.id, lock(listed.c.id)))
+        derived table, materialised), so it is tried exactly once for each id returned.
+        ``prefix``: what names the locks ``lock`` takes (the statement is built once per)."""
+        j = self.jobs
+
+        def build() -> sa.Select:
+            listed = self._candidates(
+                sa.bindparam("queue", type_=j.c.queue.type),
+                sa.bindparam("limit", type_=sa.Integer()),
+                sa.bindparam("offset", type_=sa.Integer()),
+                None if task is None else sa.bindparam("task", type_=j.c.task.type),
+                None,
+            ).subquery("candidates")
+            return sa.select(listed.c.id, lock(listed.c.id))
+
+        stmt = self.statement(f"locked_candidates:{prefix}:{task is not None}", build)
+        params = {"queue": queue, "limit": limit, "offset": offset, "task": task}
+        rows = conn.execute(stmt, params)
         return [(int(job_id), bool(taken)) for job_id, taken in rows]
 
-    def _candidates(
+    def lock_and_claim(
         self,
+        conn: Connection,
         queue: str,
         limit: int,
         offset: int,
-        task: str | None,
+        worker_id: str,
+        prefix: str,
+        lock: Callable[[sa.ColumnElement], sa.ColumnElement],
+    ) -> tuple[list[int], list[Job]] | None:
+        """``locked_candidates`` and ``claim_ids`` in one statement, where the dialect can write
+        in a WITH clause (else None): the ids whose locks were taken, and the jobs claimed.
+
+        The window is a materialised CTE (its LIMIT applied before any lock is tried), the locks
+        are tried in the select list of a second one, read in full by the final join, so each
+        listed id's lock is tried exactly once; the UPDATE marks running those locked and still
+        waiting. A locked id with no job (claimed and finished since the window was read) is
+        the caller's to release."""
+        if not self.dialect.writes_in_with:
+            return None
+        stmt = self.statement(f"claim:lock_window:{prefix}", lambda: self._lock_and_claim(lock))
+        compiled = self.compiled(stmt)
+        params = {"queue": queue, "limit": limit, "offset": offset, "worker_id": worker_id}
+        rows = [compiled.process(row) for row in compiled.raw_rows(conn, params)]
+        locked = [int(row[0]) for row in rows if row[1]]
+        jobs = [Job.from_tuple(row[2:], 0) for row in rows if row[2] is not None]
+        jobs.sort(key=lambda job: tuple(getattr(job, name) for name in self._claim_key))
+        return locked, self.admit(conn, jobs)
+
+    def _lock_and_claim(self, lock: Callable[[sa.ColumnElement], sa.ColumnElement]) -> sa.Select:
+        j = self.jobs
+        window = (
+            self._candidates(sa.bindparam("queue", type_=j.c.queue.type), 0, 0, None, None)
+            .limit(sa.bindparam("limit", type_=sa.Integer()))
+            .offset(sa.bindparam("offset", type_=sa.Integer()))
+            .cte("window")
+            .prefix_with("MATERIALIZED")
+        )
+        unflushed = self.dialect.commit_unflushed()
+        locks = (
+            sa.select(
+                window.c.id,
+                lock(window.c.id).label("taken"),
+                *([] if unflushed is None else [unflushed.label("unflushed")]),
+            )
+            .cte("locks")
+            .prefix_with("MATERIALIZED")
+        )
+        now = self.dialect.now()
+        claimed = (
+            sa.update(j)
+            .where(
+                j.c.id.in_(sa.select(locks.c.id).where(locks.c.taken)),
+                self.dialect.unindexed(j.c.status) == Status.AVAILABLE,
+                j.c.run_at <= now,
+            )
+            .values(self._running_values(now))
+            .returning(*self._job_columns, j.c.started_at)
+            .cte("claimed")
+        )
+        columns = [claimed.c[column.name] for column in (*self._job_columns, j.c.started_at)]
+        return sa.select(locks.c.id, locks.c.taken, *columns).select_from(
+            locks.outerjoin(claimed, claimed.c.id == locks.c.id)
+        )
+
+    def _candidates(
+        self,
+        queue: str | sa.BindParameter,
+        limit: int | sa.BindParameter,
+        offset: int | sa.BindParameter,
+        task: str | sa.BindParameter | None,
         also: sa.ColumnElement | None,
     ) -> sa.Select:
         j = self.jobs
@@ -190,38 +281,57 @@ class Claims(Keys):
         """Mark jobs whose locks the caller holds as running, counting the attempt, and return
         those still runnable (another worker may have finished one since it was listed).
         ``due_only=False``: whatever their run_at (eager mode's claim, see ``waiting()``)."""
+        returning = bool(conn.dialect.update_returning)
+        stmt = self.statement(
+            f"claim_ids:{due_only}:{returning}", lambda: self._claim_ids(due_only, returning)
+        )
+        params = {"ids": list(ids), "worker_id": worker_id}
+        if returning:
+            rows = conn.execute(stmt, params).all()
+        else:
+            conn.execute(stmt, params)
+            rows = conn.execute(self.statement("claimed_ids", self._claimed_ids), params).all()
+        jobs = [Job.from_tuple(row, 0) for row in rows]
+        jobs.sort(key=lambda job: tuple(getattr(job, name) for name in self._claim_key))
+        return self.admit(conn, jobs)
+
+    def _claim_ids(self, due_only: bool, returning: bool) -> sa.Update:
+        """claim_ids' UPDATE, built once: the ids and the worker are parameters."""
         j = self.jobs
         now = self.dialect.now()
         due = [j.c.run_at <= now] if due_only else []
         stmt = (
             sa.update(j)
             .where(
-                j.c.id.in_(ids),
+                self.dialect.in_list(j.c.id, "ids"),
                 self.dialect.unindexed(j.c.status) == Status.AVAILABLE,
                 *due,
             )
-            .values(
-                status=Status.RUNNING,
-                attempt=j.c.attempt + 1,
-                started_at=now,
-                first_attempt_at=sa.func.coalesce(j.c.first_attempt_at, now),
-                worker_id=worker_id,
-                updated_at=now,
-            )
+            .values(self._running_values(now))
         )
-        columns = (*self._job_columns, j.c.started_at)
-        if conn.dialect.update_returning:
-            rows = conn.execute(stmt.returning(*columns)).all()
-        else:
-            conn.execute(stmt)
-            rows = conn.execute(
-                sa.select(*columns).where(
-                    j.c.id.in_(ids), j.c.status == Status.RUNNING, j.c.worker_id == worker_id
-                )
-            ).all()
-        jobs = [Job.from_tuple(row, 0) for row in rows]
-        jobs.sort(key=lambda job: tuple(getattr(job, name) for name in self._claim_key))
-        return self.admit(conn, jobs)
+        return stmt.returning(*self._job_columns, j.c.started_at) if returning else stmt
+
+    def _running_values(self, now: sa.ColumnElement) -> dict[str, Any]:
+        """What marking a locked job ``running`` writes (one attempt more), for both the
+        one-statement claim and ``claim_ids``."""
+        j = self.jobs
+        return {
+            "status": Status.RUNNING,
+            "attempt": j.c.attempt + 1,
+            "started_at": now,
+            "first_attempt_at": sa.func.coalesce(j.c.first_attempt_at, now),
+            "worker_id": sa.bindparam("worker_id", type_=j.c.worker_id.type),
+            "updated_at": now,
+        }
+
+    def _claimed_ids(self) -> sa.Select:
+        """Where UPDATE returns nothing: the jobs claim_ids just marked, read back."""
+        j = self.jobs
+        return sa.select(*self._job_columns, j.c.started_at).where(
+            self.dialect.in_list(j.c.id, "ids"),
+            j.c.status == Status.RUNNING,
+            j.c.worker_id == sa.bindparam("worker_id", type_=j.c.worker_id.type),
+        )
 
     def release_claims(
         self, conn: Connection, jobs: Sequence[Job], claimed_by: str | None = None

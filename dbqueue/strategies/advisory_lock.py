@@ -10,16 +10,17 @@ lock anyone can take and schedules them for retry.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
 from ..config import Settings
-from ..dialects import Dialect
+from ..dialects import WRITE_INTENT, Dialect
 from ..errors import StrategyNotSupportedError
 from ..job import Job
 from ..locks import DatabaseLocks, LockBackend, job_lock_name, job_lock_prefix, slot_lock_name
@@ -96,20 +97,21 @@ class LockClaimStrategy(ClaimStrategy):
     ) -> list[Job] | None:
         namespace = engine.tables.names.qualified_jobs
         held: list[str] = []
-        slot: tuple[int, str] | None = None
         try:
-            with conn.begin():
-                if slots is not None:
-                    slot = self._take_slot(conn, namespace, queue, slots)
-                    if slot is None:
-                        return None
-                    held.append(slot[1])
-                keep, names = self._lock_candidates(
-                    conn, engine, queue, limit, namespace, held, task, worker_id, slot is not None
+            with self._locking(conn, slots is None and task is None and self._one_statement):
+                taken = self._lock_jobs(
+                    conn, engine, queue, limit, worker_id, slots, task, namespace, held
                 )
-                jobs = engine.claim_ids(conn, keep, worker_id) if keep else []
-                if slot is not None and jobs:
-                    engine.record_slot(conn, queue, slot[0], jobs[0].id, worker_id)
+                if taken is None:
+                    return None
+                slot, keep, names, jobs = taken
+                if jobs is None and not self._outside_write_lock:
+                    jobs = self._mark(conn, engine, queue, keep, worker_id, slot)
+            if jobs is None:  # locked outside the write lock: marked in a write transaction
+                jobs = []
+                if keep:
+                    with conn.begin():
+                        jobs = self._mark(conn, engine, queue, keep, worker_id, slot)
         except BaseException:
             # The claim failed — possibly after its COMMIT reached the database: let go of the
             # locks, so that rescue can retry whatever was marked running. (Database locks go
@@ -124,6 +126,76 @@ class LockClaimStrategy(ClaimStrategy):
             else:
                 gone.append(slot[1])
         self.locks.release(conn, gone)
+        return jobs
+
+    @property
+    def _outside_write_lock(self) -> bool:
+        """Whether the locks are taken before the claim's write transaction begins: on a
+        single-writer database (SQLite) with locks held elsewhere (the lock server), so that
+        the write lock is not held across their round trips. The UPDATE's ``status =
+        'available'`` still makes the claim exclusive: locks first, mark second, as anywhere."""
+        return self.dialect.single_writer and not self.locks.releases_in_transaction
+
+    @property
+    def _one_statement(self) -> bool:
+        """Whether a claim is one statement (``QueueEngine.lock_and_claim``): locks the
+        database takes in the statement that marks the jobs running."""
+        return self.dialect.writes_in_with and self.locks.releases_in_transaction
+
+    def _locking(self, conn: Connection, alone: bool) -> contextlib.AbstractContextManager[Any]:
+        """The transaction the locks are taken in: the claim's own — each statement committing
+        on its own where the driver can, when the claim is one statement with no slot to
+        record (``alone``; the fallback's statements need no atomicity either: the locks
+        outlive commits and the mark is a compare-and-set) — or, outside the write lock, a
+        read transaction (deferred: it takes no write lock)."""
+        if self._outside_write_lock:
+            return _read_transaction(conn)
+        if alone:
+            return self.dialect.one_statement_transaction(conn)
+        return conn.begin()
+
+    def _lock_jobs(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        limit: int,
+        worker_id: str,
+        slots: int | None,
+        task: str | None,
+        namespace: str,
+        held: list[str],
+    ) -> tuple[tuple[int, str] | None, list[int], dict[int, str], list[Job] | None] | None:
+        """Take a slot (limited queues) and the jobs' locks: (slot, ids locked, lock names by
+        id, jobs already claimed or None); None when every slot is taken."""
+        slot: tuple[int, str] | None = None
+        if slots is not None:
+            slot = self._take_slot(conn, namespace, queue, slots)
+            if slot is None:
+                return None
+            held.append(slot[1])
+        if slot is None and task is None:
+            claimed = self._lock_and_claim(conn, engine, queue, limit, namespace, held, worker_id)
+            if claimed is not None:
+                return slot, *claimed
+        keep, names = self._lock_candidates(
+            conn, engine, queue, limit, namespace, held, task, worker_id, slot is not None
+        )
+        return slot, keep, names, None
+
+    def _mark(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        keep: list[int],
+        worker_id: str,
+        slot: tuple[int, str] | None,
+    ) -> list[Job]:
+        """Mark the locked jobs running (and record the slot's holder)."""
+        jobs = engine.claim_ids(conn, keep, worker_id) if keep else []
+        if slot is not None and jobs:
+            engine.record_slot(conn, queue, slot[0], jobs[0].id, worker_id)
         return jobs
 
     def _lock_candidates(
@@ -174,6 +246,38 @@ class LockClaimStrategy(ClaimStrategy):
                 return [], {}
         return [], {}
 
+    def _lock_and_claim(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        queue: str,
+        limit: int,
+        namespace: str,
+        held: list[str],
+        worker_id: str,
+    ) -> tuple[list[int], dict[int, str], list[Job]] | None:
+        """List this thread's window, lock it and mark running what was locked, in one
+        statement where the database can (``QueueEngine.lock_and_claim``): the ids locked, the
+        lock names by id, the jobs claimed. None when it cannot, or its window gave nothing
+        (the window's page and the rest are then tried as ``_lock_candidates`` does)."""
+        prefix = job_lock_prefix(namespace)
+        lock = self.locks.try_acquire_named_by(prefix)
+        if lock is None:
+            return None
+        window = self._window(worker_id)
+        done = engine.lock_and_claim(conn, queue, limit, window * limit, worker_id, prefix, lock)
+        if done is None:
+            return None
+        locked, jobs = done
+        names = {job_id: job_lock_name(namespace, job_id) for job_id in locked}
+        held.extend(names.values())
+        if not jobs and window != 0:
+            # Window all taken (or past the end): let go and try from the head of the line.
+            self.locks.release(conn, list(names.values()))
+            del held[len(held) - len(names) :]
+            return None
+        return locked, names, jobs
+
     def _lock_window(
         self,
         conn: Connection,
@@ -186,10 +290,11 @@ class LockClaimStrategy(ClaimStrategy):
     ) -> dict[int, str]:
         """Where the database can name a job's lock in SQL, list this thread's window and lock
         it in one statement: the locks taken, by job id (none: list and lock in two)."""
-        lock = self.locks.try_acquire_named_by(job_lock_prefix(namespace))
+        prefix = job_lock_prefix(namespace)
+        lock = self.locks.try_acquire_named_by(prefix)
         if lock is None:
             return {}
-        rows = engine.locked_candidates(conn, queue, limit, window * limit, task, lock)
+        rows = engine.locked_candidates(conn, queue, limit, window * limit, task, lock, prefix)
         return {job_id: job_lock_name(namespace, job_id) for job_id, taken in rows if taken}
 
     def _try_group(
@@ -252,8 +357,14 @@ class LockClaimStrategy(ClaimStrategy):
         return self.locks.releases_in_transaction
 
     def release_jobs(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
-        namespace = engine.tables.names.qualified_jobs
-        self.locks.release(conn, [job_lock_name(namespace, job.id) for job in jobs])
+        """One statement compiled once where the locks have one (a batch's release is on a
+        worker's hot path), else the locks by name."""
+        prefix = job_lock_prefix(engine.tables.names.qualified_jobs)
+        unlock = engine.statement(f"unlock:{prefix}", lambda: self.locks.release_statement(prefix))
+        if unlock is None:
+            self.locks.release(conn, [f"{prefix}{job.id}" for job in jobs])
+        elif jobs:
+            engine.compiled(unlock).raw_rows(conn, {"keys": [job.id for job in jobs]})
 
     def release(
         self, conn: Connection, engine: QueueEngine, jobs: list[Job], jobs_released: bool = False
@@ -303,3 +414,16 @@ class AdvisoryLockStrategy(LockClaimStrategy):
                 f"{dialect.named_locks_unsupported_reason()}; use --strategy "
                 f"{dialect.default_strategy}"
             )
+
+
+@contextlib.contextmanager
+def _read_transaction(conn: Connection) -> Iterator[None]:
+    """A transaction that only reads, on a connection whose transactions otherwise begin as
+    writers (``WRITE_INTENT``)."""
+    intent = conn.get_execution_options().get(WRITE_INTENT)
+    conn.execution_options(**{WRITE_INTENT: False})
+    try:
+        with conn.begin():
+            yield
+    finally:
+        conn.execution_options(**{WRITE_INTENT: intent})

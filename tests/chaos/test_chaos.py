@@ -84,6 +84,8 @@ CASES = [
     Case("sqlite", "sqlite"),
     Case("postgresql", "lock_server", ("lock_server",)),
     Case("mysql", "lock_server", ("lock_server",)),
+    # Its locks are taken before the claim's write transaction (outside SQLite's write lock).
+    Case("sqlite", "lock_server", ("lock_server",)),
     # An async pair per database: the same claims and outcomes, driven from an event loop
     # (the asyncio lock-server client, PostgreSQL's lock server restarted under it).
     Case("postgresql", "lock_server", ("lock_server",), handlers="async"),

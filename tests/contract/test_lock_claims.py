@@ -19,6 +19,11 @@ from dbqueue.worker.executor import BatchExecutor
 LOCK_BACKENDS = sorted(
     key for key, spec in BACKENDS.items() if spec.strategy in ("advisory_lock", "lock_server")
 )
+#: Database locks: their claims name the jobs' locks in SQL (a lock server's are named in its
+#: messages, by ``job_lock_name``, so there is no second naming to keep equal).
+DATABASE_LOCK_BACKENDS = sorted(
+    key for key, spec in BACKENDS.items() if spec.strategy == "advisory_lock"
+)
 
 
 @pytest.fixture
@@ -91,3 +96,51 @@ def test_a_batch_gives_up_every_lock_once_its_outcome_commits(setup) -> None:
                 .where(queue_engine.jobs.c.status == "succeeded")
             ).scalar_one()
         assert done == 10
+
+
+@pytest.mark.parametrize("backend", DATABASE_LOCK_BACKENDS, indirect=True)
+def test_a_lock_named_in_sql_is_the_lock_its_name_takes(setup) -> None:
+    """Where a claim names its jobs' locks in SQL (from the id it reads), each must be the
+    very lock ``job_lock_name`` names: rescue, eager claims and releases take them by name."""
+    context, strategy, engine, ids = setup
+    with engine.connect() as a, engine.connect() as b:
+        namespace = context.queue_engine(a).tables.names.qualified_jobs
+        prefix = job_lock_name(namespace, 0)[:-1]
+        lock = strategy.locks.try_acquire_named_by(prefix)
+        assert lock is not None, "database locks are taken in the claim's own SQL"
+        names = [job_lock_name(namespace, job_id) for job_id in ids[:3]]
+        assert strategy.locks.try_acquire(a, names[:2]) == [True, True]
+        with b.begin():
+            taken = b.execute(sa.select(*(lock(sa.literal(i)) for i in ids[:3]))).one()
+        assert [bool(t) for t in taken] == [False, False, True]
+        # Released by name, taken in SQL; released by key (a batch's release), free by name.
+        strategy.locks.release(a, names[:2])
+        unlock = strategy.locks.release_statement(prefix)
+        if unlock is None:
+            strategy.locks.release(b, names[2:])
+        else:
+            with b.begin():
+                b.execute(unlock, {"keys": ids[2:3]})
+        assert _free(strategy, a, context.queue_engine(a), ids[:3]) == [True] * 3
+
+
+@pytest.mark.parametrize("backend", LOCK_BACKENDS, indirect=True)
+def test_every_thread_window_claims_and_an_empty_window_falls_back(setup) -> None:
+    """Threads claim from windows of their own (one statement where the database can): the
+    windows of four threads take every job once, and a thread whose window lies past the end of
+    the line still claims from its head."""
+    context, strategy, engine, ids = setup
+    with engine.connect() as conn, engine.connect() as other:
+        queue_engine = context.queue_engine(conn)
+        claims = [
+            strategy.claim(conn, queue_engine, "default", 10, f"test:{thread}")
+            for thread in range(4)
+        ]
+        # The third thread's window (jobs 20 to 29 of those still waiting) is past the end.
+        assert [len(claim) for claim in claims] == [10, 10, 10, 0]
+        got = [job for claim in claims for job in claim]
+        assert {job.id for job in got} == set(ids)
+        assert all(job.status == "running" for job in got)
+        assert _free(strategy, other, queue_engine, ids) == [False] * len(ids)
+        strategy.release(conn, queue_engine, got)
+        assert _free(strategy, other, queue_engine, ids) == [True] * len(ids)

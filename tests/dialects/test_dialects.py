@@ -129,3 +129,19 @@ def test_a_database_without_a_module_is_refused_when_its_table_compiles():
     jobs = tables_for(TableNames.resolve()).jobs
     with pytest.raises(dbqueue.ConfigurationError, match="does not support the database 'mssql'"):
         sa.schema.CreateTable(jobs).compile(dialect=mssql.dialect())
+
+
+def test_postgresql_job_lock_keys_are_a_stem_hash_xor_the_id() -> None:
+    """A job's advisory-lock key is what the claim computes in SQL (stem hash # id): the ids
+    of one table never share a key, and names without a number keep their own hash."""
+    from dbqueue.dialects.postgresql import _hash64, lock_key
+
+    stem = "q_jobs:job:"
+    keys = {lock_key(f"{stem}{job_id}") for job_id in range(10_000)}
+    assert len(keys) == 10_000
+    assert lock_key(f"{stem}42") == _hash64(stem) ^ 42
+    biggest = 2**63 - 1
+    assert lock_key(f"{stem}{biggest}") == _hash64(stem) ^ biggest
+    assert -(2**63) <= lock_key(f"{stem}{biggest}") < 2**63
+    assert lock_key("q_jobs:routine:rescue") == _hash64("q_jobs:routine:rescue")
+    assert lock_key(f"{stem}{2**64}") == _hash64(f"{stem}{2**64}")
