@@ -16,6 +16,7 @@ invalidated exactly as for any other statement (the worker's reconnect logic rel
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -44,6 +45,10 @@ class CompiledStatement:
             if process is not None:
                 self.bind_processors.append((name, process))
         self.order = compiled.positiontup if compiled.positional else None
+        #: A positional statement's parameters, in its order, from a dict of them.
+        self._in_order: Callable[[Mapping[str, Any]], tuple[Any, ...]] = _tuple_getter(
+            self.order or ()
+        )
         self.result_processors: list[tuple[int, Processor]] = []
         if isinstance(statement, sa.Select):
             for index, column in enumerate(statement.selected_columns):
@@ -52,12 +57,12 @@ class CompiledStatement:
                     self.result_processors.append((index, process))
 
     def parameters(self, params: Mapping[str, Any]) -> Any:
-        values = {**self.defaults, **params}
+        values = {**self.defaults, **params} if self.defaults else dict(params)
         for name, process in self.bind_processors:
             values[name] = process(values[name])
         if self.order is None:
             return values
-        return tuple(values[name] for name in self.order)
+        return self._in_order(values)
 
     def raw_rows(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
         """Execute and fetch every row as the driver returns it (see ``process``)."""
@@ -80,6 +85,38 @@ class CompiledStatement:
     def rowcount_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
         """``rowcount`` for a multi-row statement (see ``many_parameters``)."""
         return self._run_many(conn, rows, lambda cursor: cursor.rowcount)
+
+    def raw_rows_flat(
+        self, conn: Connection, keys: tuple[str, ...], count: int, flat: list[Any]
+    ) -> list[Any]:
+        """``raw_rows_many`` for rows given as one flat list (see ``flat_parameters``)."""
+        params = self.flat_parameters(keys, count, flat)
+        return self._run_params(conn, params, lambda cursor: cursor.fetchall())
+
+    def rowcount_flat(
+        self, conn: Connection, keys: tuple[str, ...], count: int, flat: list[Any]
+    ) -> int:
+        """``rowcount_many`` for rows given as one flat list (see ``flat_parameters``)."""
+        params = self.flat_parameters(keys, count, flat)
+        return self._run_params(conn, params, lambda cursor: cursor.rowcount)
+
+    def flat_parameters(self, keys: tuple[str, ...], count: int, flat: list[Any]) -> Any:
+        """``many_parameters`` for ``count`` rows given as one list, each row's values in the
+        order of ``keys``: no dict per row (``flat`` is reordered and processed in place)."""
+        row_keys, processors, names = self._many_layout(keys, count)
+        width = len(keys)
+        if row_keys != keys:  # the SQL's column order: move whole columns (slices)
+            columns = [flat[keys.index(key) :: width] for key in row_keys]
+            for index, column in enumerate(columns):
+                flat[index::width] = column
+        for index, process in processors:
+            flat[index::width] = map(process, flat[index::width])
+        if names is None:
+            return flat
+        values = {**self.defaults, **dict(zip(names, flat, strict=True))}
+        if self.order is None:
+            return values
+        return tuple(values[name] for name in self.order)
 
     def many_parameters(self, rows: Sequence[Mapping[str, Any]]) -> Any:
         """The parameters of a statement with one group of binds per row, named
@@ -125,7 +162,10 @@ class CompiledStatement:
     def _run_many(
         self, conn: Connection, rows: Sequence[Mapping[str, Any]], read: Callable[[Any], Any]
     ) -> Any:
-        cursor = _execute(conn, self.sql, self.many_parameters(rows))
+        return self._run_params(conn, self.many_parameters(rows), read)
+
+    def _run_params(self, conn: Connection, parameters: Any, read: Callable[[Any], Any]) -> Any:
+        cursor = _execute(conn, self.sql, parameters)
         try:
             return read(cursor)
         finally:
@@ -145,6 +185,13 @@ class CompiledStatement:
             return read(cursor)
         finally:
             cursor.close()
+
+
+def _tuple_getter(names: Sequence[str]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """``operator.itemgetter``, always returning a tuple (itemgetter of one name does not)."""
+    if len(names) > 1:
+        return operator.itemgetter(*names)
+    return lambda values: tuple(values[name] for name in names)
 
 
 def _execute(conn: Connection, sql: str, parameters: Any) -> Any:

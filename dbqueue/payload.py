@@ -45,11 +45,18 @@ else:  # pragma: no cover
     _DUMPS = _LOADS = None
 
 
+#: Value types orjson writes exactly as json does (exact types: no subclass, no float): a
+#: dict of only these needs none of the checks below (orjson raises on what json would not
+#: write the same: non-string keys, lone surrogates, integers over 64 bits).
+_FLAT = frozenset((str, int, bool, type(None)))
+
+
 def canonical_text(payload: Any) -> str:
     """The canonical JSON text of ``payload``, exactly as ``_CANONICAL`` writes it (or its
     TypeError/ValueError). orjson writes the same text for strings (every code point, every
     escape), integers, booleans, null, lists and dicts with sorted keys, several times faster;
-    its output is used only where it is provably the same:
+    its output is used only where it is provably the same (a flat dict of strings, integers,
+    booleans and nulls at once, else after these checks):
     - anything orjson refuses (integers over 64 bits, non-string keys, subclasses, lone
       surrogates, deep nesting, cycles) goes to json, which writes it or raises as before;
     - floats below 1e-4 in magnitude are written differently (``0.00001`` and ``1e-7`` against
@@ -64,7 +71,7 @@ def canonical_text(payload: Any) -> str:
         except TypeError:  # orjson.JSONEncodeError
             pass
         else:
-            if (
+            if (type(payload) is dict and _FLAT.issuperset(map(type, payload.values()))) or (
                 b"e-" not in out
                 and b"e+" not in out
                 and b"0.0000" not in out

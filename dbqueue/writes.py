@@ -57,6 +57,11 @@ def _nothing(conn: Connection) -> Written:
     return Written([])
 
 
+#: An ``enqueue_many`` item with only these keys sets no option.
+_PLAIN = frozenset(("task", "payload"))
+_NO_OPTIONS: Mapping[str, Any] = {}
+
+
 class ClientWrites:
     """Builds the Writes of the job-creating calls and runs them synchronously; the App
     provides ``context``, ``_target``, ``_enqueued`` and ``eager``."""
@@ -82,7 +87,11 @@ class ClientWrites:
     def _enqueue_many_write(self, call: str, jobs: Iterable[Mapping[str, Any]]) -> Write:
         """All items are validated before anything touches the database."""
         built = []
+        context = self.context
         for index, spec in enumerate(jobs):
+            if spec.keys() <= _PLAIN and "task" in spec:  # no options: no copy to pop from
+                built.append(job_for_task(context, spec["task"], spec.get("payload"), _NO_OPTIONS))
+                continue
             options = dict(spec)
             try:
                 task = options.pop("task")
@@ -133,8 +142,11 @@ class ClientWrites:
         if write.is_empty:
             return []
         where = self._target(target)
-        with connection_for(write_target(where) if write.reads_first else where) as conn:
-            done = write.run(conn)
+        if type(where) is Connection:  # the caller's transaction as it is: no context manager
+            done = write.run(where)
+        else:
+            with connection_for(write_target(where) if write.reads_first else where) as conn:
+                done = write.run(conn)
         if done.queues:
             self._enqueued(target, done.queues, done.ids)
         return done.value

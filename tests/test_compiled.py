@@ -4,14 +4,16 @@ and raised as SQLAlchemy's error (the worker's reconnect logic depends on that).
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import pickle
 
 import pytest
 import sqlalchemy as sa
 
 from dbqueue import compiled as compiled_module
 from dbqueue.compiled import CompiledStatement
-from dbqueue.job import ROW_FIELDS, Job, Status, row_reader
+from dbqueue.job import LAZY, ROW_FIELDS, Job, Status, row_reader
 from dbqueue.sqltypes import UtcDateTime
 
 
@@ -135,6 +137,36 @@ def test_the_claims_row_reader_builds_the_jobs_from_tuple_builds(database):
     assert all(job["attempt"] == 1 and job["run_at"].tzinfo is dt.timezone.utc for job in got)
 
 
+def test_a_claimed_jobs_lazy_columns_hold_the_claimed_values(database):
+    """The columns a claimed Job converts on first read come from the row it was claimed with
+    (not the table's row as it is by then), and a value set on the Job before stays."""
+    app = database.app()
+    engine = app.create_engine()
+    ids = _enqueue_three(app, engine)
+    jobs = app.tables.jobs
+    with engine.connect() as conn, conn.begin():
+        queue_engine = app.queue_engine(conn)
+        compiled = queue_engine.compiled(queue_engine.runnable())
+        read = row_reader(compiled.result_processors)
+        rows = compiled.raw_rows(conn, {"queue": "default", "limit": 10})
+        claimed = {job.id: job for job in (read(row, 1) for row in rows)}
+        conn.execute(sa.update(jobs).values(origin="changed", message="changed", tenant=99))
+        kept = claimed[ids[0]]
+        kept.message = "set on the job"
+    engine.dispose()
+    assert sorted(claimed) == sorted(ids)
+    assert kept.message == "set on the job" and kept.origin is None and kept.tenant is None
+    assert (claimed[ids[1]].tenant, claimed[ids[1]].external_key) == (-7, "k")
+    assert (claimed[ids[2]].origin, claimed[ids[2]].message) == ("here", None)
+    for job in claimed.values():
+        assert job.status == Status.AVAILABLE and job.created_at.tzinfo is dt.timezone.utc
+        assert set(LAZY) <= set(job.as_dict())
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        kept.nothing  # noqa: B018 - the attribute read is the test
+    copied = pickle.loads(pickle.dumps(claimed[ids[2]]))
+    assert copied.as_dict() == claimed[ids[2]].as_dict() == copy.copy(claimed[ids[2]]).as_dict()
+
+
 def test_sqlite_timestamp_text_reads_as_aware_utc_whatever_its_form(tmp_path):
     """SQLite stores timestamps as text, and a hand-written row may hold any: the fast path
     (one fromisoformat) reads what the type's full chain reads, and leaves it the rest."""
@@ -161,3 +193,30 @@ def test_sqlite_timestamp_text_reads_as_aware_utc_whatever_its_form(tmp_path):
     engine.dispose()
     assert read == list(cases.values())
     assert all(at.tzinfo is utc for at in read if at is not None)
+
+
+@pytest.mark.parametrize("dialect_name", ["sqlite", "postgresql", "mysql"])
+def test_flat_rows_bind_exactly_what_rows_of_dicts_bind(dialect_name):
+    """``flat_parameters`` (a bulk enqueue's rows as one list, in the caller's column order)
+    gives the driver the same parameters as ``many_parameters`` (a dict per row), also where
+    the SQL orders the columns differently from the caller and a column has a bind processor."""
+    from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+    dialect = {"sqlite": sqlite, "postgresql": postgresql, "mysql": mysql}[dialect_name].dialect()
+    table = sa.Table(
+        "t",
+        sa.MetaData(),
+        sa.Column("a", sa.Integer),
+        sa.Column("b", sa.String(10)),
+        sa.Column("c", sa.Boolean),
+    )
+    keys = ("c", "b", "a")  # not the table's (and so the SQL's) order
+    rows = [{"c": True, "b": "x", "a": 1}, {"c": False, "b": "y", "a": 2}]
+    values = [
+        {key: sa.bindparam(f"{key}__{index}", type_=table.c[key].type) for key in keys}
+        for index in range(len(rows))
+    ]
+    compiled = CompiledStatement(sa.insert(table).values(values), dialect)
+    flat = [row[key] for row in rows for key in keys]
+    expected = compiled.many_parameters(rows)
+    assert compiled.flat_parameters(keys, len(rows), flat) == expected

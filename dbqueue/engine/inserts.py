@@ -15,7 +15,7 @@ from ..compiled import CompiledStatement
 from ..instruments import observed_insert
 from ..job import Status
 from .keys import Keys
-from .records import NewJob, truncate
+from .records import ALWAYS, NewJob, flat_values, truncate
 
 #: Rows per columnar INSERT (PostgreSQL): large enough that statement overhead vanishes.
 _COLUMNAR_ROWS = 10_000
@@ -29,6 +29,7 @@ _KEPT_SIZES = 8
 _ROWS_LOCK = threading.Lock()
 #: What an optional column holds when a job leaves it unset (its server default).
 _UNSET: dict[str, Any] = {"dead": False, "status": Status.AVAILABLE}
+_NO_INSERTS: dict[Any, Any] = {}
 
 
 def _same_columns(rows: list[dict[str, Any]]) -> None:
@@ -79,25 +80,50 @@ class Inserts(Keys):
         # Precompiled per set of columns: most of an enqueue's own CPU was SQLAlchemy's
         # execution and result layers around one INSERT. The id comes the way SQLAlchemy would
         # take it: the driver's lastrowid (MySQL, SQLite: no result set to parse), else
-        # RETURNING.
-        columns = tuple(row)
+        # RETURNING. Looked up by (timing, columns) directly: a one-job enqueue is this.
+        key = (timing, tuple(row))
+        found = self.__dict__.get("_one_row_inserts", _NO_INSERTS).get(key)
+        if found is None:
+            found = self._one_row_insert(conn, key)
+        compiled, lastrowid = found
+        if compiled is None:
+            with self.translate_errors():
+                result = conn.execute(self._insert_statement(timing), row)
+            return int(result.inserted_primary_key[0])
+        try:
+            if lastrowid:
+                return int(compiled.lastrowid(conn, row))
+            return int(compiled.raw_rows(conn, row)[0][0])
+        except sa.exc.DBAPIError as exc:  # what translate_errors does, without its cost
+            self.translate_errors().__exit__(type(exc), exc, None)
+            raise
+
+    def _one_row_insert(
+        self, conn: Connection, key: tuple[str, tuple[str, ...]]
+    ) -> tuple[CompiledStatement | None, bool]:
+        """(the compiled one-row INSERT of these columns, whether its id is the cursor's
+        lastrowid); (None, False) where neither way gives the id (then SQLAlchemy's own)."""
+        timing, columns = key
         if conn.dialect.postfetch_lastrowid:
             stmt = self.statement(
                 f"insert:{timing}:{','.join(columns)}",
                 lambda: self._build_insert(columns, timing),
             )
-            with self.translate_errors():
-                return int(self.compiled(stmt).lastrowid(conn, row))
-        if self.dialect.returns_inserted_ids and conn.dialect.insert_returning:
+            found: tuple[CompiledStatement | None, bool] = (self.compiled(stmt), True)
+        elif self.dialect.returns_inserted_ids and conn.dialect.insert_returning:
             stmt = self.statement(
                 f"insert:{timing}:returning:{','.join(columns)}",
                 lambda: self._build_insert(columns, timing).returning(self.jobs.c.id),
             )
-            with self.translate_errors():
-                return int(self.compiled(stmt).raw_rows(conn, row)[0][0])
-        with self.translate_errors():
-            result = conn.execute(self._insert_statement(timing), row)
-        return int(result.inserted_primary_key[0])
+            found = (self.compiled(stmt), False)
+        else:
+            found = (None, False)
+        with _ROWS_LOCK:
+            kept = self.__dict__.setdefault("_one_row_inserts", {})
+            if len(kept) > 1000:  # column sets are few; a bound all the same
+                kept.clear()
+            kept[key] = found
+        return found
 
     def _build_insert(self, columns: tuple[str, ...], timing: str) -> sa.Insert:
         values = {
@@ -151,6 +177,11 @@ class Inserts(Keys):
         )
         if need_ids and not returning:
             return [self._insert(conn, job) for job in jobs]
+        if len(groups) == 1 and "delay" not in groups:
+            flat = flat_values(jobs)  # None if a job sets an optional column (a key among them)
+            if flat is not None:
+                with self.translate_errors():
+                    return self._insert_flat(conn, flat, len(jobs), jobs[0].timing, returning)
         all_rows = [job.values() for job in jobs]
         keyed = [i for i, job in enumerate(jobs) if job.key is not None]
         if keyed:
@@ -196,19 +227,68 @@ class Inserts(Keys):
             page = rows[first : first + page_size]
             compiled = self._rows_statement(columns, timing, returning, len(page))
             if compiled is None:
-                stmt = self._insert_statement(timing)
-                if returning:
-                    stmt = self.statement(
-                        f"insert:{timing}:returning", lambda s=stmt: s.returning(self.jobs.c.id)
-                    )
-                sized = conn.execution_options(insertmanyvalues_page_size=len(page))
-                result = sized.execute(stmt, page)
-                if returning:
-                    found += sorted(int(i) for i in result.scalars())
+                found += self._insert_page(conn, page, timing, returning)
             elif returning:
                 found += sorted(int(row[0]) for row in compiled.raw_rows_many(conn, page))
             else:
                 compiled.rowcount_many(conn, page)
+        return found
+
+    def _insert_page(
+        self, conn: Connection, page: list[dict[str, Any]], timing: str, returning: bool
+    ) -> list[int]:
+        """A page of rows through SQLAlchemy's own multi-row INSERT (a count not compiled)."""
+        stmt = self._insert_statement(timing)
+        if returning:
+            stmt = self.statement(
+                f"insert:{timing}:returning", lambda s=stmt: s.returning(self.jobs.c.id)
+            )
+        sized = conn.execution_options(insertmanyvalues_page_size=len(page))
+        result = sized.execute(stmt, page)
+        return sorted(int(i) for i in result.scalars()) if returning else []
+
+    def _insert_flat(
+        self, conn: Connection, flat: list[Any], count: int, timing: str, returning: bool
+    ) -> list[int]:
+        """``_insert_rows`` for jobs that set only the ALWAYS columns, given as one flat list
+        (``flat_values``): the common bulk enqueue, without a dict per row."""
+        width = len(ALWAYS)
+        if returning and count > 1:
+            found = self._columnar_flat(conn, flat, count, timing)
+            if found is not None:
+                return found
+        page_size = min(_MAX_PAGE, _MAX_BIND_PARAMETERS // (width + 1))
+        found = []
+        for first in range(0, count, page_size):
+            size = min(page_size, count - first)
+            page = flat[first * width : (first + size) * width]
+            compiled = self._rows_statement(ALWAYS, timing, returning, size)
+            if compiled is None:
+                rows = [
+                    dict(zip(ALWAYS, page[i : i + width], strict=True))
+                    for i in range(0, len(page), width)
+                ]
+                found += self._insert_page(conn, rows, timing, returning)
+            elif returning:
+                rows_back = compiled.raw_rows_flat(conn, ALWAYS, size, page)
+                found += sorted(int(row[0]) for row in rows_back)
+            else:
+                compiled.rowcount_flat(conn, ALWAYS, size, page)
+        return found
+
+    def _columnar_flat(
+        self, conn: Connection, flat: list[Any], count: int, timing: str
+    ) -> list[int] | None:
+        """``_insert_columnar`` for a flat list: each column is a slice of it."""
+        stmt = self._columnar_statement(tuple(sorted(ALWAYS)), timing)
+        if stmt is False:
+            return None
+        width = len(ALWAYS)
+        found: list[int] = []
+        for first in range(0, count, _COLUMNAR_ROWS):
+            chunk = flat[first * width : (first + _COLUMNAR_ROWS) * width]
+            params = {name: chunk[index::width] for index, name in enumerate(ALWAYS)}
+            found += sorted(int(i) for i in conn.execute(stmt, params).scalars())
         return found
 
     def _rows_statement(
@@ -266,10 +346,7 @@ class Inserts(Keys):
         returns their ids in order, or None to use the multi-row VALUES insert."""
         _same_columns(rows)
         columns = tuple(sorted(rows[0]))
-        stmt = self.statement(
-            f"insert:columnar:{timing}:{','.join(columns)}",
-            lambda: self._build_columnar(columns, timing),
-        )
+        stmt = self._columnar_statement(columns, timing)
         if stmt is False:
             return None
         found: list[int] = []
@@ -279,6 +356,13 @@ class Inserts(Keys):
             with self.translate_errors():
                 found += sorted(int(i) for i in conn.execute(stmt, params).scalars())
         return found
+
+    def _columnar_statement(self, columns: tuple[str, ...], timing: str) -> Any:
+        """The columnar INSERT of these columns (False: the dialect has none)."""
+        return self.statement(
+            f"insert:columnar:{timing}:{','.join(columns)}",
+            lambda: self._build_columnar(columns, timing),
+        )
 
     def _build_columnar(self, columns: tuple[str, ...], timing: str) -> Any:
         stmt = self.dialect.columnar_insert(self.jobs, columns)
