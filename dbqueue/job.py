@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 
 class Status:
@@ -130,7 +130,7 @@ class Job(ItemAccess):
     ``attempt`` is the number of the attempt now running (1 for the first run).
     """
 
-    __slots__ = (*COLUMNS, "_cancel_requested_at")
+    __slots__ = (*COLUMNS, "_cancel_requested_at", "_row", "_fill")
     ITEM_NAMES = frozenset(COLUMNS)
     ITEM_ALIASES: ClassVar[Mapping[str, str | Callable[[Job], Any]]] = {}
 
@@ -171,11 +171,40 @@ class Job(ItemAccess):
     # Not a column: set by the worker when a cancel request reaches this job while it runs
     # (when it was asked, the database's UTC time); read through cancel_requested().
     _cancel_requested_at: dt.datetime | None
+    # Not columns: a claimed job's row and the function that reads its LAZY columns from it.
+    _row: Any
+    _fill: Callable[[Job, Any], None] | None
 
     def __init__(self, **fields: Any) -> None:
         for name in COLUMNS:
             setattr(self, name, fields.get(name))
         self._cancel_requested_at = None
+
+    if not TYPE_CHECKING:  # a __getattr__ would make every misspelt attribute pass mypy
+
+        def __getattr__(self, name: str) -> Any:
+            """Only reached for an attribute never set: a claimed job's LAZY columns, read from the
+            claimed row on first use (by ``row_reader``'s ``_fill``, all at once)."""
+            if name in _LAZY_SET:
+                try:
+                    fill = self._fill
+                except AttributeError:
+                    fill = None
+                if fill is not None:
+                    fill(self, self._row)
+                    return _SLOTS[name].__get__(self, Job)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy or a pickle holds: every column's value (lazy ones read now), not the
+        claimed row and its reader."""
+        state = {name: getattr(self, name) for name in COLUMNS}
+        state["_cancel_requested_at"] = getattr(self, "_cancel_requested_at", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
 
     @property
     def payloads(self) -> list[Any]:
@@ -224,6 +253,31 @@ class Job(ItemAccess):
 #: The columns a claim selects, in order: every attribute, the claim time last.
 ROW_FIELDS = tuple(name for name in COLUMNS if name != "started_at") + ("started_at",)
 
+#: Columns the worker's path from claim to outcome never reads for a job that succeeds: a
+#: claimed Job (``row_reader``) converts them from its row only when first read, which most
+#: jobs never do (a third of a no-op job's claim is converting and setting attributes).
+LAZY: tuple[str, ...] = (
+    "payload_hash",
+    "status",
+    "run_at",
+    "message",
+    "origin",
+    "destination",
+    "external_key",
+    "tenant",
+    "business_group",
+    "publication_id",
+    "live_id",
+    "first_attempt_at",
+    "previous_attempt_at",
+    "previous_status",
+    "previous_message",
+    "created_at",
+    "worker_id",
+)
+_LAZY_SET = frozenset(LAZY)
+_SLOTS: dict[str, Any] = {name: getattr(Job, name) for name in LAZY}
+
 
 def _row_filler(fields: tuple[str, ...]) -> Callable[[Job, Any], None]:
     """``def fill(job, row): job.a, job.b, … = row``: one unpacking assignment, generated once,
@@ -248,6 +302,7 @@ def row_reader(processors: Sequence[tuple[int, Callable[[Any], Any]]]) -> RowRea
     names = {index: f"p{index}" for index in by_index}
     values = [f"c{i}" for i in range(len(ROW_FIELDS))]
     lines = [f"    {', '.join(values)}, = row", "    job = new(Job)"]
+    rest = []  # fill(job, row): the LAZY columns a job has not set since
     for index, name in enumerate(ROW_FIELDS):
         value = values[index]
         if index in names:
@@ -256,19 +311,37 @@ def row_reader(processors: Sequence[tuple[int, Callable[[Any], Any]]]) -> RowRea
                 value = f"None if {values[index]} is None else {value}"
         if name == "attempt":
             value = f"({value} or 0) + attempt_increment"
-        lines.append(f"    job.{name} = {value}")
+        if name in _LAZY_SET:
+            rest += [f"    if unset(job, {name!r}):", f"        job.{name} = {value}"]
+        else:
+            lines.append(f"    job.{name} = {value}")
     lines += [
         "    job._cancel_requested_at = None",
+        "    job._row = row",
+        "    job._fill = fill",
         "    if type(job.max_attempts) is not int:",
         "        bad_max_attempts(job.max_attempts)",
         "    return job",
     ]
-    source = "def read(row, attempt_increment):\n" + "\n".join(lines) + "\n"
-    namespace: dict[str, Any] = {"new": object.__new__, "Job": Job}
+    unpack = f"    {', '.join(values)}, = row"
+    source = (
+        "def fill(job, row):\n" + unpack + "\n" + "\n".join(rest) + "\n"
+        "def read(row, attempt_increment):\n" + "\n".join(lines) + "\n"
+    )
+    namespace: dict[str, Any] = {"new": object.__new__, "Job": Job, "unset": _unset}
     namespace["bad_max_attempts"] = _bad_max_attempts
     namespace.update({names[index]: process for index, process in by_index.items()})
     exec(source, namespace)  # noqa: S102 - fixed names and indexes
     return namespace["read"]
+
+
+def _unset(job: Job, name: str) -> bool:
+    """Whether the slot ``name`` of ``job`` holds no value (without reaching __getattr__)."""
+    try:
+        _SLOTS[name].__get__(job, Job)
+    except AttributeError:
+        return True
+    return False
 
 
 def _bad_max_attempts(value: Any) -> None:

@@ -117,9 +117,16 @@ class BatchExecutor(HandlerCalls):
         #: thread. None: a worker thread, where only plain handlers can run.
         self.aio = aio
         self._async_handlers: dict[Handler, bool] = {}
+        self._last_sessions: Sessions | None = None
 
     def _sessions(self, conn: Connection, savepoint: bool = True) -> Sessions:
-        return Sessions(conn, savepoint, self.aio)
+        """The sessions of a batch: the last batch's again when it ran on the same connection
+        and left them unused (an ORM Session costs more to make than a no-op job's handler)."""
+        last = self._last_sessions
+        if last is not None and last.conn is conn and last.savepoint == savepoint and last.reset():
+            return last
+        self._last_sessions = Sessions(conn, savepoint, self.aio)
+        return self._last_sessions
 
     # ---- in-transaction claims ----------------------------------------------------------------
     def execute(
@@ -283,15 +290,27 @@ class BatchExecutor(HandlerCalls):
         self.finished.drop()
         self._watch(conn, jobs)
         todo = units(self.registry, jobs)
+        single = not self.registry.has_batches  # every unit is one job of a plain task
+        clock = time.monotonic
         for index, unit in enumerate(todo):
             # A job that used a tenant database ends its batch: its tenant commit is then
             # immediately followed by the batch's (the job's completion) commit.
             if should_stop() or session.tenant_used:  # never started: given back untouched
                 ran.unstarted += [job for later in todo[index:] for job in later]
                 break
-            began = time.monotonic()
-            outcomes, _ = self._run_unit(session, unit)
-            ran.result.handler_seconds += time.monotonic() - began
+            began = clock()
+            if single:
+                outcome = self.run_job(session, unit[0])
+                ran.result.handler_seconds += clock() - began
+                if outcome.ok:  # the common case, noted as _take would, without its loop
+                    ran.started.append(unit[0])
+                    ran.done.append((unit[0], outcome.value))
+                    ran.result.succeeded += 1
+                    continue
+                outcomes = [outcome]
+            else:
+                outcomes, _ = self._run_unit(session, unit)
+                ran.result.handler_seconds += clock() - began
             self._take(conn, engine, unit, outcomes, claimed_by, ran)
         ran.result.skipped = len(ran.unstarted)
         self.finished.note(ran.started)
@@ -301,7 +320,8 @@ class BatchExecutor(HandlerCalls):
 
     def _run_unit(self, session: Sessions, unit: list[Job]) -> tuple[list[Outcome], bool]:
         """One handler call: its jobs' outcomes, and whether its writes were undone."""
-        if len(unit) > 1 or self.registry.batch_of(unit[0]) is not None:
+        registry = self.registry
+        if len(unit) > 1 or (registry.has_batches and registry.batch_of(unit[0]) is not None):
             return self.run_jobs(session, unit)
         outcome = self.run_job(session, unit[0])
         return [outcome], not outcome.ok

@@ -350,6 +350,19 @@ class Sessions:
         self._sync: JobSession | None = None
         self._async: Any = None
 
+    def reset(self) -> bool:
+        """Ready these sessions for another batch on the same connection; False if they cannot
+        serve one (an async session was made, or a session is still in use or holds a tenant
+        session: its batch ended abruptly), and new ones must be made."""
+        sync = self._sync
+        if self._async is not None:
+            return False
+        if sync is not None:
+            if sync._used() or sync._tenant is not None:
+                return False
+            sync.tenant_used = False
+        return True
+
     @property
     def tenant_used(self) -> bool:
         """A job of this batch used a tenant database (plain handlers only): the batch ends."""
