@@ -134,13 +134,14 @@ def test_running_jobs_are_stopped_by_their_worker_and_their_writes_rolled_back(b
         stderr=subprocess.STDOUT,
     )
     ids: dict[str, int] = {}
+    said_by_task: dict[str, str] = {}
     try:
         wait_for(lambda: "concurrency 3" in log.read_text(), 60, "the worker to start", log)
         for task in ("cooperative", "stubborn", "blocked"):
             ids[task] = job_id = app.enqueue(None, task, {"dir": str(tmp_path)})
             started = tmp_path / f"started-{job_id}"
             wait_for(started.exists, 30, f"{task} job {job_id} to start", log)
-            said = _cancel_promptly(app, backend, job_id)
+            said = said_by_task[task] = _cancel_promptly(app, backend, job_id)
             if app.context.cancel_requests().separate:
                 # SQLite: a job its batch holds looks waiting; the call (after asking the
                 # workers to stop it) waits for the write lock, which the stopped batch frees.
@@ -157,18 +158,28 @@ def test_running_jobs_are_stopped_by_their_worker_and_their_writes_rolled_back(b
         code = worker.wait(timeout=60)
     output = log.read_text()
     assert code == 0, output[-3000:]
-    assert "SUMMARY succeeded=0 failed=0 cancelled=3" in output, output[-3000:]
+    # SQLite: once a stopped batch rolls back, its job is waiting again, and the call waiting
+    # for the write lock may cancel it before the worker records it — the call's "cancelled";
+    # the worker then counts only the jobs it ended itself (its guarded record changed nothing).
+    by_call = [task for task, said in said_by_task.items() if said == "cancelled"]
+    counts = {f"SUMMARY succeeded=0 failed=0 cancelled={3 - n}" for n in range(len(by_call) + 1)}
+    assert any(count in output for count in counts), output[-3000:]
 
     jobs = {j["id"]: j for j in backend.jobs()}
     assert len(jobs) == 3  # not retried, no dead-letter job
     for task, job_id in ids.items():
         job = jobs[job_id]
-        assert (job["status"], job["attempt"], job["dead"]) == ("cancelled", 1, False), task
+        # A job the call cancelled (SQLite, above) may have been waiting again: the stopped
+        # batch's rollback took its claim back, attempt included, before the call's lock.
+        attempts = (0, 1) if task in by_call else (1,)
+        assert (job["status"], job["dead"]) == ("cancelled", False), task
+        assert job["attempt"] in attempts, (task, job["attempt"])
         assert job["message"].startswith("cancelled on request (asked at "), job["message"]
         assert job["cancel_requested_at"] <= job["finished_at"]
     assert (tmp_path / f"saw-{ids['cooperative']}").exists()  # job.cancel_requested() was true
     assert (tmp_path / f"interrupted-{ids['stubborn']}").exists()  # JobCancelledError raised
-    assert "its thread was abandoned" in jobs[ids["blocked"]]["message"]
+    if "blocked" not in by_call:  # (else the call's cancellation came first: see above)
+        assert "its thread was abandoned" in jobs[ids["blocked"]]["message"]
     assert effect_rows(backend) == []  # every handler's write rolled back, no dead handler ran
     store = app.context.cancel_requests()
     with backend.engine().connect() as conn:
