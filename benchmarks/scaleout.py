@@ -9,7 +9,9 @@ last process's exit. Beside it, the commits the database made per second over th
 PostgreSQL ``pg_stat_database.xact_commit`` (this database only), MariaDB ``Com_commit`` and
 ``Handler_commit`` (server-wide: other clients of the server are counted too), and on every
 database the commits the workers sent, counted at the client by SQLAlchemy events (SQLite has
-no server: that is its only figure). Target (issue 19): no collapse, 8 processes ≥ 1 process.
+no server: that is its only figure). And per job: the claims' size, the statements sent, the
+workers' CPU (the rest of the machine's goes to the server). Target (issue 19): no collapse,
+8 processes ≥ 1 process.
 """
 
 from __future__ import annotations
@@ -53,6 +55,14 @@ def drain(url: str, size: int) -> dict[str, Any]:
         "seconds": round(seconds, 2),
         "jobs_per_s": round(done / seconds),
         "client_commits_per_s": round(sum(r["commits"] for r in reports) / seconds),
+        # Where the time goes as the fleet grows: a claim's size (rounds: claims, each thread's
+        # last one empty in --burst), what the workers send per job, and their own CPU per job
+        # (what is left of two cores goes to the database server).
+        "jobs_per_claim": round(done / max(1, sum(r.get("rounds", 0) for r in reports)), 2),
+        "statements_per_job": round(sum(r["statements"] for r in reports) / max(1, done), 3),
+        "worker_cpu_us_per_job": round(
+            1e6 * sum(r.get("cpu_seconds", 0.0) for r in reports) / max(1, done)
+        ),
         **server,
         "per_process_jobs": [r["succeeded"] for r in reports],
         "setup_seconds": round(ready, 1),
@@ -102,6 +112,10 @@ def describe(result: dict[str, Any]) -> str:
         lines.append(
             f"  {p['processes']} processes: {p['jobs_per_s']:>7,} jobs/s; commits/s: {server}; "
             f"jobs per process {p['per_process_jobs']}"
+        )
+        lines.append(
+            f"    jobs per claim {p.get('jobs_per_claim')}, statements per job "
+            f"{p.get('statements_per_job')}, worker CPU {p.get('worker_cpu_us_per_job')} µs/job"
         )
     lines.append(f"  largest fleet / one process: {result['ratio_max_to_1']}")
     return "\n".join(lines)

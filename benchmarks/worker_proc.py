@@ -168,6 +168,7 @@ def main() -> None:
     rss_start = rss_kib()
     started_at = time.time()
     started = time.perf_counter()
+    cpu_started = time.process_time()
     summary = worker.run()
     seconds = time.perf_counter() - started
     print(
@@ -178,6 +179,9 @@ def main() -> None:
                 "ended_at": time.time(),
                 "succeeded": summary.succeeded,
                 "failed": summary.failed,
+                "rounds": summary.rounds,
+                "reconnects": summary.reconnects,
+                "cpu_seconds": time.process_time() - cpu_started,
                 "statements": counters.statements,
                 "commits": counters.commits,
                 "rss_start_kib": rss_start,
