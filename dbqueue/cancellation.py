@@ -80,6 +80,14 @@ class TableRequests:
     def listed(self, conn: Connection, limit: int) -> list[int]:
         return self.rows(conn).listed(conn, limit)
 
+    def take(self, ids: Sequence[int]) -> None:
+        """A worker is stopping these jobs. Here their rows show it (``running``, or locked by
+        the batch), so nothing is kept."""
+
+    def consume_taken(self, ids: Sequence[int]) -> set[int]:
+        """Those of ``ids`` a worker took a request for (see ``take``); none here."""
+        return set()
+
     def close(self) -> None:
         """Nothing of its own to release."""
 
@@ -93,7 +101,9 @@ class SideDatabaseRequests(TableRequests):
 
     def __init__(self, url: sa.engine.URL, names: TableNames) -> None:
         self.url = url
-        self.table = cancels_table(sa.MetaData(), dataclasses.replace(names, schema=None))
+        metadata = sa.MetaData()
+        self.table = cancels_table(metadata, dataclasses.replace(names, schema=None))
+        self.taken = taken_table(metadata, self.table.name)
         self._engine: Engine | None = None
         self._lock = threading.Lock()
 
@@ -103,6 +113,7 @@ class SideDatabaseRequests(TableRequests):
                 engine = dialects.create_engine(self.url, pool_size=1, max_overflow=4)
                 with engine.begin() as conn:
                     conn.execute(sa.schema.CreateTable(self.table, if_not_exists=True))
+                    conn.execute(sa.schema.CreateTable(self.taken, if_not_exists=True))
                     for index in self.table.indexes:
                         conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
                 self._engine = engine
@@ -127,6 +138,33 @@ class SideDatabaseRequests(TableRequests):
         if ids:
             with self._writing() as own:
                 self.rows(own).drop(own, ids)
+                own.execute(sa.delete(self.taken).where(self.taken.c.job_id.in_(list(ids))))
+
+    def take(self, ids: Sequence[int]) -> None:
+        """Mark these jobs' requests taken by the worker about to stop them, before it does:
+        once their batch rolls back they look waiting, and a ``cancel`` call that then gets
+        the write lock must leave their end to that worker (which records why it stopped
+        them) instead of cancelling them as waiting jobs."""
+        if ids:
+            with self._writing() as own:
+                own.execute(sa.delete(self.taken).where(self.taken.c.job_id.in_(list(ids))))
+                own.execute(sa.insert(self.taken), [{"job_id": job_id} for job_id in ids])
+
+    def consume_taken(self, ids: Sequence[int]) -> set[int]:
+        """Those of ``ids`` marked taken, unmarking them: a mark left by a worker that died
+        before recording its job's end then misleads at most one call (the request itself
+        stays, and stops the job when it next runs long enough)."""
+        if not ids:
+            return set()
+        where = self.taken.c.job_id.in_(list(ids))
+        with self._writing() as own:
+            found = {
+                int(job_id)
+                for job_id in own.execute(sa.select(self.taken.c.job_id).where(where)).scalars()
+            }
+            if found:
+                own.execute(sa.delete(self.taken).where(where))
+        return found
 
     def listed(self, conn: Connection | None, limit: int) -> list[int]:
         with self.engine().connect() as own:
@@ -140,6 +178,16 @@ class SideDatabaseRequests(TableRequests):
 
 
 RequestStore = TableRequests
+
+
+def taken_table(metadata: sa.MetaData, cancels_name: str) -> sa.Table:
+    """The side database's marks of requests a worker has taken (``SideDatabaseRequests.take``):
+    created on first use like the requests table, in the side file only."""
+    return sa.Table(
+        f"{cancels_name}_taken",
+        metadata,
+        sa.Column("job_id", sa.Integer(), primary_key=True, autoincrement=False),
+    )
 
 
 def request_store(context: RuntimeContext) -> RequestStore:
@@ -190,7 +238,7 @@ class CancelCall:
         engine = self.context.queue_engine(conn)
         before = self.before if self.before is not None else engine.job_states(conn, self.ids)
         waiting = [i for i in self.ids if before.get(i) in Status.WAITING]
-        cancelled = set(engine.cancel_waiting(conn, waiting))
+        cancelled = set(engine.cancel_waiting(conn, waiting, held=self._being_stopped))
         after = engine.job_states(conn, [i for i in self.ids if i not in cancelled])
         report: dict[int, str] = {}
         running: list[int] = []
@@ -213,6 +261,11 @@ class CancelCall:
             self.store.add(conn, running)
             self.store.drop(conn, ended)  # requests left by earlier calls for jobs now over
         return report
+
+    def _being_stopped(self, ids: list[int]) -> set[int]:
+        """Asked with the write lock held: which of ``ids`` a worker has taken the early
+        request of (it stopped them; their batch rolled back; it records their end)."""
+        return self.store.consume_taken([i for i in ids if i in self.early])
 
     def settle(self) -> None:
         """Withdraw the early requests of jobs that were not running after all."""

@@ -10,7 +10,7 @@ running, or about to), and a request for a running job is a row of the requests 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -53,16 +53,28 @@ class Cancels(UniqueRelease, Keys):
             )
             return [int(job_id) for job_id in rows.scalars()]
 
-    def cancel_waiting(self, conn: Connection, ids: Sequence[int]) -> list[int]:
+    def cancel_waiting(
+        self,
+        conn: Connection,
+        ids: Sequence[int],
+        held: Callable[[list[int]], set[int]] | None = None,
+    ) -> list[int]:
         """Cancel those of ``ids`` that wait to run (due or scheduled) and that no transaction
         holds; returns them. Never waits for a row lock where the database has SKIP LOCKED: a
-        row another transaction holds is left alone (a claim holds it: the job is running)."""
+        row another transaction holds is left alone (a claim holds it: the job is running).
+        ``held``, asked once the write lock is ours, names jobs a worker is stopping: their
+        rolled-back batch shows them waiting, but that worker records their end."""
         j = self.jobs
         free = list(ids)
         if not free:
             return []
         with self.translate_errors():
             self.dialect.take_write_lock(conn, j)
+            if held is not None:
+                stopping = held(free)
+                free = [job_id for job_id in free if job_id not in stopping]
+                if not free:
+                    return []
             heads = self.lock_lines(conn, free)
         if free and self.dialect.supports_skip_locked:
             with self.translate_errors():

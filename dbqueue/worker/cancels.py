@@ -69,7 +69,16 @@ class CancelPoller:
                 continue
             failures = 0
             if found:
+                self._take(list(found))
                 self.delivered += self.watchdog.deliver(found)
+
+    def _take(self, ids: list[int]) -> None:
+        """Mark the requests taken before stopping their jobs (where the store needs it: see
+        ``SideDatabaseRequests.take``); if that fails, the jobs are stopped all the same."""
+        try:
+            self.store.take(ids)
+        except Exception as exc:
+            log.warning("could not mark cancel requests taken: %s", first_line(exc))
 
     def poll(self, ids: list[int]) -> dict:
         if self.store.separate:  # in a database of its own: no connection of ours needed
