@@ -100,6 +100,13 @@ class CompiledStatement:
         params = self.flat_parameters(keys, count, flat)
         return self._run_params(conn, params, lambda cursor: cursor.rowcount)
 
+    def lastrowid_flat(
+        self, conn: Connection, keys: tuple[str, ...], count: int, flat: list[Any]
+    ) -> Any:
+        """``lastrowid`` for a multi-row statement of rows given as one flat list."""
+        params = self.flat_parameters(keys, count, flat)
+        return self._run_params(conn, params, lambda cursor: cursor.lastrowid)
+
     def flat_parameters(self, keys: tuple[str, ...], count: int, flat: list[Any]) -> Any:
         """``many_parameters`` for ``count`` rows given as one list, each row's values in the
         order of ``keys``: no dict per row (``flat`` is reordered and processed in place)."""

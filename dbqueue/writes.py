@@ -15,14 +15,17 @@ from sqlalchemy.engine import Connection
 
 from . import publishing
 from .client import (
+    PLAIN_ITEM,
     Target,
     check_no_unique,
     check_option_names,
     connection_for,
     insert_job,
     job_for_task,
+    plain_rows,
     write_target,
 )
+from .engine import ALWAYS
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -57,8 +60,6 @@ def _nothing(conn: Connection) -> Written:
     return Written([])
 
 
-#: An ``enqueue_many`` item with only these keys sets no option.
-_PLAIN = frozenset(("task", "payload"))
 _NO_OPTIONS: Mapping[str, Any] = {}
 
 
@@ -86,10 +87,14 @@ class ClientWrites:
 
     def _enqueue_many_write(self, call: str, jobs: Iterable[Mapping[str, Any]]) -> Write:
         """All items are validated before anything touches the database."""
+        items = jobs if isinstance(jobs, list) else list(jobs)
+        flat = plain_rows(self.context, items)
+        if flat is not None:  # no item sets an option: the rows as one flat list
+            return self._plain_many_write(flat) if flat else Write(_nothing)
         built = []
         context = self.context
-        for index, spec in enumerate(jobs):
-            if spec.keys() <= _PLAIN and "task" in spec:  # no options: no copy to pop from
+        for index, spec in enumerate(items):
+            if spec.keys() <= PLAIN_ITEM and "task" in spec:  # no options: no copy to pop from
                 built.append(job_for_task(context, spec["task"], spec.get("payload"), _NO_OPTIONS))
                 continue
             options = dict(spec)
@@ -114,6 +119,15 @@ class ClientWrites:
             return Written(ids, [job.queue for job in built], ids)
 
         return Write(run, reads_first=unique)
+
+    def _plain_many_write(self, flat: list[Any]) -> Write:
+        need_ids = self.eager
+
+        def run(conn: Connection) -> Written:
+            ids = self.context.queue_engine(conn).insert_plain(conn, flat, need_ids=need_ids)
+            return Written(ids, flat[1 :: len(ALWAYS)], ids)
+
+        return Write(run)
 
     def _publish_write(
         self,

@@ -56,6 +56,9 @@ class SQLiteDialect(Dialect):
     async_driver = "aiosqlite"
     default_strategy = "sqlite"
     single_writer = True
+    # One writer at a time, and a new rowid is the largest one + 1 (dbqueue's ids are never
+    # near 2**63, where SQLite would pick at random).
+    consecutive_insert_ids = True
     needs_batch_alter = True
 
     def skip_locked_unsupported_reason(self) -> str:

@@ -20,12 +20,13 @@ from .housekeeping import Housekeeping
 from .outcomes import Outcomes
 from .periodic import PeriodicTicks
 from .queries import Queries
-from .records import FailResult, NewJob, QueueStats, truncate
+from .records import ALWAYS, FailResult, NewJob, QueueStats, truncate
 from .slots import Slots
 from .unique import COALESCE, ON_CONFLICT
 from .workers import WorkerRows
 
 __all__ = [
+    "ALWAYS",
     "COALESCE",
     "ON_CONFLICT",
     "CancelRequestRows",

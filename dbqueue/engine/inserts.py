@@ -15,7 +15,7 @@ from ..compiled import CompiledStatement
 from ..instruments import observed_insert
 from ..job import Status
 from .keys import Keys
-from .records import ALWAYS, NewJob, flat_values, truncate
+from .records import ALWAYS, NewJob, flat_values, new_jobs, truncate
 
 #: Rows per columnar INSERT (PostgreSQL): large enough that statement overhead vanishes.
 _COLUMNAR_ROWS = 10_000
@@ -165,16 +165,30 @@ class Inserts(Keys):
             )
         return self._insert_many(conn, jobs, need_ids)
 
+    def insert_plain(self, conn: Connection, flat: list[Any], need_ids: bool = False) -> list[int]:
+        """``insert_many`` for jobs that set only the ALWAYS columns, given as one flat list
+        (``client.plain_rows``): the common bulk enqueue, without a NewJob per row. Observers
+        and per-row inserts (ids needed where INSERT cannot return them) get NewJobs."""
+        count = len(flat) // len(ALWAYS)
+        returning = self._returns_many(conn)
+        if self.instruments.enqueue or (need_ids and not returning):
+            return self.insert_many(conn, new_jobs(flat), need_ids)
+        with self.translate_errors():
+            return self._insert_flat(conn, flat, count, "now", returning)
+
+    def _returns_many(self, conn: Connection) -> bool:
+        return bool(
+            self.dialect.returns_inserted_ids
+            and conn.dialect.insert_returning
+            and conn.dialect.insert_executemany_returning
+        )
+
     def _insert_many(self, conn: Connection, jobs: Sequence[NewJob], need_ids: bool) -> list[int]:
         groups: dict[str, list[int]] = {}
         for index, job in enumerate(jobs):
             groups.setdefault(job.timing, []).append(index)
         ids: list[int | None] = [None] * len(jobs)
-        returning = (
-            self.dialect.returns_inserted_ids
-            and conn.dialect.insert_returning
-            and conn.dialect.insert_executemany_returning
-        )
+        returning = self._returns_many(conn)
         if need_ids and not returning:
             return [self._insert(conn, job) for job in jobs]
         if len(groups) == 1 and "delay" not in groups:
@@ -258,17 +272,21 @@ class Inserts(Keys):
             if found is not None:
                 return found
         page_size = min(_MAX_PAGE, _MAX_BIND_PARAMETERS // (width + 1))
+        consecutive = returning and self.dialect.consecutive_insert_ids
         found = []
         for first in range(0, count, page_size):
             size = min(page_size, count - first)
             page = flat[first * width : (first + size) * width]
-            compiled = self._rows_statement(ALWAYS, timing, returning, size)
+            compiled = self._rows_statement(ALWAYS, timing, returning and not consecutive, size)
             if compiled is None:
                 rows = [
                     dict(zip(ALWAYS, page[i : i + width], strict=True))
                     for i in range(0, len(page), width)
                 ]
                 found += self._insert_page(conn, rows, timing, returning)
+            elif consecutive:
+                last = int(compiled.lastrowid_flat(conn, ALWAYS, size, page))
+                found += range(last - size + 1, last + 1)
             elif returning:
                 rows_back = compiled.raw_rows_flat(conn, ALWAYS, size, page)
                 found += sorted(int(row[0]) for row in rows_back)

@@ -115,6 +115,15 @@ def flat_values(jobs: Sequence[NewJob]) -> list[Any] | None:
     return flat
 
 
+def new_jobs(flat: list[Any]) -> list[NewJob]:
+    """The jobs of a ``flat_values`` list (the inverse: jobs that set only the ALWAYS columns)."""
+    rows = zip(*[iter(flat)] * len(ALWAYS), strict=True)
+    return [
+        NewJob(task, payload, queue, priority, attempts)
+        for task, queue, payload, _, priority, attempts in rows
+    ]
+
+
 @dataclass(frozen=True)
 class FailResult:
     """What ``fail()`` did: rows changed (0 if the job was no longer ours), dead-letter job id."""

@@ -164,6 +164,29 @@ def test_enqueue_many_with_mixed_options(backend):
     assert jobs["b"]["priority"] == 1 and jobs["c"]["queue"] == "q2"
 
 
+def test_enqueue_many_plain_items_take_each_tasks_registered_options(backend):
+    """Items without options (the bulk fast path) get their task's registered queue, priority
+    and max_attempts, else the App's, exactly as one-by-one enqueues do; a generator works."""
+    app = backend.app()
+
+    @app.task("registered_bulk", queue="billing", priority=7, max_attempts=4)
+    def registered(job):
+        return None
+
+    items = [{"task": ("registered_bulk", "loose")[i % 2], "payload": {"i": i}} for i in range(6)]
+    ids = app.enqueue_many(None, (item for item in items))
+    jobs = backend.jobs()
+    assert [(j["task"], j["payload"]) for j in jobs] == [(i["task"], i["payload"]) for i in items]
+    expected = {"registered_bulk": ("billing", 7, 4), "loose": ("default", 50, app.max_attempts)}
+    for job in jobs:
+        assert (job["queue"], job["priority"], job["max_attempts"]) == expected[job["task"]]
+        assert job["payload_hash"] == dbqueue.payload.payload_hash(
+            dbqueue.payload.encode(job["payload"])
+        )
+    if ids:
+        assert ids == [j["id"] for j in jobs]
+
+
 AWKWARD = ['"', "\\", '\\"', "{}", "a,b", "NULL", "null", " padded ", "é😀", "", "'; --"]
 
 
