@@ -33,6 +33,12 @@ REVIEWED = {
         "constant: an empty string"
     ),
     ("dialects/mysql.py", 'sa.text("KILL CONNECTION :id")'): "no Core construct; id is bound",
+    ("dialects/mysql.py", 'sa.literal_column("@@innodb_autoinc_lock_mode"),'): (
+        "constant: no Core construct for a system variable"
+    ),
+    ("dialects/mysql.py", 'sa.literal_column("@@auto_increment_increment"),'): (
+        "constant: no Core construct for a system variable"
+    ),
     ("dialects/mysql.py", 'sa.text("(UTC_TIMESTAMP(6))")'): "constant DDL default",
     ("dialects/sqlite.py", "sa.literal_column(\"''\")"): "constant: an empty string",
     ("dialects/postgresql.py", 'return column.op("||")(sa.literal_column("\'\'"))'): (

@@ -60,15 +60,18 @@ class Dialect(abc.ABC):
     needs_batch_alter: bool = False
     #: A multi-row INSERT may return the new ids (RETURNING), where the driver supports it.
     returns_inserted_ids: bool = True
-    #: A multi-row INSERT's rows get consecutive ids in VALUES order, the last one the
-    #: driver's ``lastrowid``: its ids are known without RETURNING (which costs SQLite about a
-    #: sixth of a bulk enqueue).
-    consecutive_insert_ids: bool = False
     #: dbqueue's own INSERTs write created_at/run_at/updated_at from ``now()`` instead of
     #: relying on the column defaults (where a DDL default cannot be the UTC clock).
     insert_sets_times: bool = False
     #: Alembic's version table may have a primary key (its UPDATE changes that key).
     version_table_pk: bool = True
+
+    def consecutive_ids(self, conn: Connection, count: int) -> Callable[[Any, int], range] | None:
+        """Where a multi-row INSERT of ``count`` rows on ``conn`` gives them consecutive ids
+        in VALUES order: how those follow from the driver's ``lastrowid`` and the row count.
+        The ids are then known without RETURNING, which costs a bulk enqueue a sixth of its
+        time on SQLite and MariaDB. None: they may not be consecutive (or not worth asking)."""
+        return None
 
     @property
     def server_description(self) -> str:

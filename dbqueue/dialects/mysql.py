@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..sqltypes import NativeJson
@@ -46,6 +46,18 @@ def kill_connection(engine: Engine, dbapi_connection: Any) -> bool:
     return True
 
 
+#: Rows whose ids read back (RETURNING, parsed by PyMySQL) cost more than one round trip.
+_ROWS_WORTH_ASKING = 100
+_AUTOINC_SETTINGS = sa.select(
+    sa.literal_column("@@innodb_autoinc_lock_mode"),
+    sa.literal_column("@@auto_increment_increment"),
+)
+
+
+def _ids_from(first: Any, count: int) -> range:
+    return range(int(first), int(first) + count)
+
+
 @registers_schema
 class MySQLDialect(Dialect):
     name = "mysql"
@@ -71,6 +83,17 @@ class MySQLDialect(Dialect):
         # MariaDB added SKIP LOCKED in 10.6, MySQL in 8.0.1.
         minimum = (10, 6) if self.is_mariadb else (8, 0, 1)
         return self.server_version >= minimum
+
+    def consecutive_ids(self, conn: Connection, count: int) -> Callable[[Any, int], range] | None:
+        # A multi-row INSERT (a "simple insert": its row count known) gets consecutive ids when
+        # InnoDB's auto-increment lock mode is 0 or 1 (MariaDB's default; Galera and MySQL 8
+        # use 2, interleaved) and the session's increment is 1; lastrowid is the first row's.
+        # Asked on each call (a session may change its increment): only where that round trip
+        # costs less than reading the ids back.
+        if count < _ROWS_WORTH_ASKING:
+            return None
+        mode, step = conn.execute(_AUTOINC_SETTINGS).one()
+        return _ids_from if int(mode) <= 1 and int(step) == 1 else None
 
     def skip_locked_unsupported_reason(self) -> str:
         return (

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ConfigurationError
@@ -56,10 +57,12 @@ class SQLiteDialect(Dialect):
     async_driver = "aiosqlite"
     default_strategy = "sqlite"
     single_writer = True
-    # One writer at a time, and a new rowid is the largest one + 1 (dbqueue's ids are never
-    # near 2**63, where SQLite would pick at random).
-    consecutive_insert_ids = True
     needs_batch_alter = True
+
+    def consecutive_ids(self, conn: Connection, count: int) -> Callable[[Any, int], range] | None:
+        # One writer at a time, and a new rowid is the largest one + 1 (dbqueue's ids are never
+        # near 2**63, where SQLite would pick at random); lastrowid is the last row's.
+        return _ids_up_to
 
     def skip_locked_unsupported_reason(self) -> str:
         return "SQLite has no row locks (no SKIP LOCKED); use --strategy sqlite (the default)"
@@ -168,3 +171,7 @@ class SQLiteDialect(Dialect):
 
     def is_transient(self, exc: BaseException) -> bool:
         return "database is locked" in str(getattr(exc, "orig", exc))
+
+
+def _ids_up_to(last: Any, count: int) -> range:
+    return range(int(last) - count + 1, int(last) + 1)

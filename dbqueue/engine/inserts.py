@@ -272,21 +272,20 @@ class Inserts(Keys):
             if found is not None:
                 return found
         page_size = min(_MAX_PAGE, _MAX_BIND_PARAMETERS // (width + 1))
-        consecutive = returning and self.dialect.consecutive_insert_ids
+        consecutive = self.dialect.consecutive_ids(conn, count) if returning else None
         found = []
         for first in range(0, count, page_size):
             size = min(page_size, count - first)
             page = flat[first * width : (first + size) * width]
-            compiled = self._rows_statement(ALWAYS, timing, returning and not consecutive, size)
+            compiled = self._rows_statement(ALWAYS, timing, returning and consecutive is None, size)
             if compiled is None:
                 rows = [
                     dict(zip(ALWAYS, page[i : i + width], strict=True))
                     for i in range(0, len(page), width)
                 ]
                 found += self._insert_page(conn, rows, timing, returning)
-            elif consecutive:
-                last = int(compiled.lastrowid_flat(conn, ALWAYS, size, page))
-                found += range(last - size + 1, last + 1)
+            elif consecutive is not None:
+                found += consecutive(compiled.lastrowid_flat(conn, ALWAYS, size, page), size)
             elif returning:
                 rows_back = compiled.raw_rows_flat(conn, ALWAYS, size, page)
                 found += sorted(int(row[0]) for row in rows_back)

@@ -187,6 +187,41 @@ def test_enqueue_many_plain_items_take_each_tasks_registered_options(backend):
         assert ids == [j["id"] for j in jobs]
 
 
+def test_enqueue_many_ids_are_the_rows_ids_after_deletes_and_uneven_increments(database):
+    """Where the ids come from lastrowid (SQLite; MariaDB in its default auto-increment mode)
+    rather than RETURNING, they are still exactly the new rows' ids: after the newest rows were
+    deleted (SQLite reuses their ids), and on MySQL in a session whose auto-increment step is 2
+    (not consecutive: RETURNING again). Each size runs twice (the second is precompiled)."""
+    app = database.app()
+    engine = database.engine()
+    returned: list[int] = []
+    try:
+        for step in (1, 2) if engine.dialect.name == "mysql" else (1,):
+            for call in range(3):
+                with engine.connect() as conn:
+                    if step == 2:
+                        conn.exec_driver_sql("SET SESSION auto_increment_increment = 2")
+                        conn.commit()
+                    with conn.begin():
+                        returned += app.enqueue_many(conn, [{"task": "t", "payload": call}] * 109)
+                with app.engine.begin() as conn:  # the newest rows go
+                    newest = sa.select(app.tables.jobs.c.id).order_by(app.tables.jobs.c.id.desc())
+                    doomed = [row[0] for row in conn.execute(newest.limit(2))]
+                    conn.execute(sa.delete(app.tables.jobs).where(app.tables.jobs.c.id.in_(doomed)))
+                returned = [i for i in returned if i not in doomed]
+    finally:
+        engine.dispose()
+    stored = [job["id"] for job in database.jobs()]
+    assert len(stored) == 107 * (6 if step == 2 else 3)
+    if step == 2:
+        assert {b - a for a, b in zip(stored[-107:-1], stored[-106:], strict=True)} == {2}
+    dialect = dbqueue.dialects.for_sqlalchemy(app.engine.dialect)
+    if app.engine.dialect.insert_returning and dialect.returns_inserted_ids:
+        assert returned == stored
+    else:  # MySQL 8 and SingleStore: no ids
+        assert returned == []
+
+
 AWKWARD = ['"', "\\", '\\"', "{}", "a,b", "NULL", "null", " padded ", "é😀", "", "'; --"]
 
 
