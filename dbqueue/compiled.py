@@ -78,25 +78,17 @@ class CompiledStatement:
             values[index] = process(values[index])
         return values
 
-    def raw_rows_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
-        """``raw_rows`` for a multi-row statement (see ``many_parameters``)."""
-        return self._run_many(conn, rows, lambda cursor: cursor.fetchall())
-
-    def rowcount_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
-        """``rowcount`` for a multi-row statement (see ``many_parameters``)."""
-        return self._run_many(conn, rows, lambda cursor: cursor.rowcount)
-
     def raw_rows_flat(
         self, conn: Connection, keys: tuple[str, ...], count: int, flat: list[Any]
     ) -> list[Any]:
-        """``raw_rows_many`` for rows given as one flat list (see ``flat_parameters``)."""
+        """Execute a multi-row statement and fetch every row as the driver returns it."""
         params = self.flat_parameters(keys, count, flat)
         return self._run_params(conn, params, lambda cursor: cursor.fetchall())
 
     def rowcount_flat(
         self, conn: Connection, keys: tuple[str, ...], count: int, flat: list[Any]
     ) -> int:
-        """``rowcount_many`` for rows given as one flat list (see ``flat_parameters``)."""
+        """Execute a multi-row statement that returns no rows; how many rows it wrote."""
         params = self.flat_parameters(keys, count, flat)
         return self._run_params(conn, params, lambda cursor: cursor.rowcount)
 
@@ -108,8 +100,10 @@ class CompiledStatement:
         return self._run_params(conn, params, lambda cursor: cursor.lastrowid)
 
     def flat_parameters(self, keys: tuple[str, ...], count: int, flat: list[Any]) -> Any:
-        """``many_parameters`` for ``count`` rows given as one list, each row's values in the
-        order of ``keys``: no dict per row (``flat`` is reordered and processed in place)."""
+        """The parameters of a statement with one group of binds per row, named
+        ``<key>__<row index>``, for ``count`` rows given as one list, each row's values in the
+        order of ``keys``: no dict per row (``flat`` is reordered, and each column's slice
+        passed through its bind processor, in place)."""
         row_keys, processors, names = self._many_layout(keys, count)
         width = len(keys)
         if row_keys != keys:  # the SQL's column order: move whole columns (slices)
@@ -123,25 +117,7 @@ class CompiledStatement:
         values = {**self.defaults, **dict(zip(names, flat, strict=True))}
         if self.order is None:
             return values
-        return tuple(values[name] for name in self.order)
-
-    def many_parameters(self, rows: Sequence[Mapping[str, Any]]) -> Any:
-        """The parameters of a statement with one group of binds per row, named
-        ``<key>__<row index>`` (``<key>`` a key of every row): the rows' values flattened,
-        then the columns' bind processors applied to each column's slice (no dict per row)."""
-        keys = tuple(rows[0])
-        layout = self._many_layout(keys, len(rows))
-        row_keys, processors, names = layout
-        flat = [row[key] for row in rows for key in row_keys]
-        width = len(row_keys)
-        for index, process in processors:
-            flat[index::width] = map(process, flat[index::width])
-        if names is None:  # positional, and the SQL's order is row by row: the list is it
-            return flat
-        values = {**self.defaults, **dict(zip(names, flat, strict=True))}
-        if self.order is None:
-            return values
-        return tuple(values[name] for name in self.order)
+        return self._in_order(values)
 
     def _many_layout(self, keys: tuple[str, ...], count: int) -> Any:
         """(keys in parameter order, [(key position, processor)], bind names or None), worked
@@ -166,11 +142,6 @@ class CompiledStatement:
             found = cache[keys] = (row_keys, processors, names)
         return found
 
-    def _run_many(
-        self, conn: Connection, rows: Sequence[Mapping[str, Any]], read: Callable[[Any], Any]
-    ) -> Any:
-        return self._run_params(conn, self.many_parameters(rows), read)
-
     def _run_params(self, conn: Connection, parameters: Any, read: Callable[[Any], Any]) -> Any:
         cursor = _execute(conn, self.sql, parameters)
         try:
@@ -187,11 +158,7 @@ class CompiledStatement:
         return self._run(conn, params, lambda cursor: cursor.lastrowid)
 
     def _run(self, conn: Connection, params: Mapping[str, Any], read: Callable[[Any], Any]) -> Any:
-        cursor = _execute(conn, self.sql, self.parameters(params))
-        try:
-            return read(cursor)
-        finally:
-            cursor.close()
+        return self._run_params(conn, self.parameters(params), read)
 
 
 def _tuple_getter(names: Sequence[str]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:

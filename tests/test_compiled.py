@@ -198,7 +198,7 @@ def test_sqlite_timestamp_text_reads_as_aware_utc_whatever_its_form(tmp_path):
 @pytest.mark.parametrize("dialect_name", ["sqlite", "postgresql", "mysql"])
 def test_flat_rows_bind_exactly_what_rows_of_dicts_bind(dialect_name):
     """``flat_parameters`` (a bulk enqueue's rows as one list, in the caller's column order)
-    gives the driver the same parameters as ``many_parameters`` (a dict per row), also where
+    gives the driver the same parameters as ``parameters`` given every bind by name, also where
     the SQL orders the columns differently from the caller and a column has a bind processor."""
     from sqlalchemy.dialects import mysql, postgresql, sqlite
 
@@ -218,5 +218,9 @@ def test_flat_rows_bind_exactly_what_rows_of_dicts_bind(dialect_name):
     ]
     compiled = CompiledStatement(sa.insert(table).values(values), dialect)
     flat = [row[key] for row in rows for key in keys]
-    expected = compiled.many_parameters(rows)
-    assert compiled.flat_parameters(keys, len(rows), flat) == expected
+    by_name = {f"{key}__{index}": row[key] for index, row in enumerate(rows) for key in keys}
+    expected = compiled.parameters(by_name)
+    found = compiled.flat_parameters(keys, len(rows), flat)
+    if isinstance(expected, tuple):  # positional: a tuple, or the flat list itself
+        found = tuple(found)
+    assert found == expected

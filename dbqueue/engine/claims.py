@@ -145,13 +145,7 @@ class Claims(Keys):
         read along, for its effect on the transaction (``Dialect.commit_unflushed``)."""
         stmt = self.statement(
             f"candidates:{task is not None}:{also is not None}",
-            lambda: self._candidates(
-                sa.bindparam("queue", type_=self.jobs.c.queue.type),
-                sa.bindparam("limit", type_=sa.Integer()),
-                sa.bindparam("offset", type_=sa.Integer()),
-                None if task is None else sa.bindparam("task", type_=self.jobs.c.task.type),
-                also,
-            ),
+            lambda: self._candidates(task is not None, also),
         )
         params = {"queue": queue, "limit": limit, "offset": offset, "task": task}
         return list(conn.execute(stmt, params).scalars())
@@ -170,16 +164,9 @@ class Claims(Keys):
         whether its lock was taken). The lock is in the select list over the LIMITed list (a
         derived table, materialised), so it is tried exactly once for each id returned.
         ``prefix``: what names the locks ``lock`` takes (the statement is built once per)."""
-        j = self.jobs
 
         def build() -> sa.Select:
-            listed = self._candidates(
-                sa.bindparam("queue", type_=j.c.queue.type),
-                sa.bindparam("limit", type_=sa.Integer()),
-                sa.bindparam("offset", type_=sa.Integer()),
-                None if task is None else sa.bindparam("task", type_=j.c.task.type),
-                None,
-            ).subquery("candidates")
+            listed = self._candidates(task is not None, None).subquery("candidates")
             return sa.select(listed.c.id, lock(listed.c.id))
 
         stmt = self.statement(f"locked_candidates:{prefix}:{task is not None}", build)
@@ -213,18 +200,11 @@ class Claims(Keys):
         rows = [compiled.process(row) for row in compiled.raw_rows(conn, params)]
         locked = [int(row[0]) for row in rows if row[1]]
         jobs = [Job.from_tuple(row[2:], 0) for row in rows if row[2] is not None]
-        jobs.sort(key=lambda job: tuple(getattr(job, name) for name in self._claim_key))
-        return locked, self.admit(conn, jobs)
+        return locked, self._admitted_in_order(conn, jobs)
 
     def _lock_and_claim(self, lock: Callable[[sa.ColumnElement], sa.ColumnElement]) -> sa.Select:
         j = self.jobs
-        window = (
-            self._candidates(sa.bindparam("queue", type_=j.c.queue.type), 0, 0, None, None)
-            .limit(sa.bindparam("limit", type_=sa.Integer()))
-            .offset(sa.bindparam("offset", type_=sa.Integer()))
-            .cte("window")
-            .prefix_with("MATERIALIZED")
-        )
+        window = self._candidates(False, None).cte("window").prefix_with("MATERIALIZED")
         unflushed = self.dialect.commit_unflushed()
         locks = (
             sa.select(
@@ -252,27 +232,22 @@ class Claims(Keys):
             locks.outerjoin(claimed, claimed.c.id == locks.c.id)
         )
 
-    def _candidates(
-        self,
-        queue: str | sa.BindParameter,
-        limit: int | sa.BindParameter,
-        offset: int | sa.BindParameter,
-        task: str | sa.BindParameter | None,
-        also: sa.ColumnElement | None,
-    ) -> sa.Select:
+    def _candidates(self, of_task: bool, also: sa.ColumnElement | None) -> sa.Select:
+        """The runnable ids in claim order, built once: the queue, the page (``limit``,
+        ``offset``) and, ``of_task``, the task are parameters."""
         j = self.jobs
-        of_task = [] if task is None else [j.c.task == task]
+        task = [j.c.task == sa.bindparam("task", type_=j.c.task.type)] if of_task else []
         return (
             sa.select(j.c.id, *([] if also is None else [also]))
             .where(
                 j.c.status == Status.AVAILABLE,
-                j.c.queue == queue,
+                j.c.queue == sa.bindparam("queue", type_=j.c.queue.type),
                 j.c.run_at <= self.dialect.now(),
-                *of_task,
+                *task,
             )
             .order_by(*self._claim_order)
-            .limit(limit)
-            .offset(offset)
+            .limit(sa.bindparam("limit", type_=sa.Integer()))
+            .offset(sa.bindparam("offset", type_=sa.Integer()))
         )
 
     def claim_ids(
@@ -291,7 +266,11 @@ class Claims(Keys):
         else:
             conn.execute(stmt, params)
             rows = conn.execute(self.statement("claimed_ids", self._claimed_ids), params).all()
-        jobs = [Job.from_tuple(row, 0) for row in rows]
+        return self._admitted_in_order(conn, [Job.from_tuple(row, 0) for row in rows])
+
+    def _admitted_in_order(self, conn: Connection, jobs: list[Job]) -> list[Job]:
+        """Jobs a claim marked, in claim order (an UPDATE returns rows in no set order), less
+        keyed ones not heading their line (``admit``)."""
         jobs.sort(key=lambda job: tuple(getattr(job, name) for name in self._claim_key))
         return self.admit(conn, jobs)
 

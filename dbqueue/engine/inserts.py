@@ -235,18 +235,8 @@ class Inserts(Keys):
         batch sizes vary keep neither paying it nor growing the cache.
         """
         columns = tuple(rows[0])
-        page_size = min(_MAX_PAGE, _MAX_BIND_PARAMETERS // (len(columns) + 1))
-        found: list[int] = []
-        for first in range(0, len(rows), page_size):
-            page = rows[first : first + page_size]
-            compiled = self._rows_statement(columns, timing, returning, len(page))
-            if compiled is None:
-                found += self._insert_page(conn, page, timing, returning)
-            elif returning:
-                found += sorted(int(row[0]) for row in compiled.raw_rows_many(conn, page))
-            else:
-                compiled.rowcount_many(conn, page)
-        return found
+        flat = [row[column] for row in rows for column in columns]
+        return self._insert_paged(conn, columns, flat, len(rows), timing, returning)
 
     def _insert_page(
         self, conn: Connection, page: list[dict[str, Any]], timing: str, returning: bool
@@ -264,33 +254,49 @@ class Inserts(Keys):
     def _insert_flat(
         self, conn: Connection, flat: list[Any], count: int, timing: str, returning: bool
     ) -> list[int]:
-        """``_insert_rows`` for jobs that set only the ALWAYS columns, given as one flat list
+        """``_insert_many`` for jobs that set only the ALWAYS columns, given as one flat list
         (``flat_values``): the common bulk enqueue, without a dict per row."""
-        width = len(ALWAYS)
         if returning and count > 1:
             found = self._columnar_flat(conn, flat, count, timing)
             if found is not None:
                 return found
+        return self._insert_paged(conn, ALWAYS, flat, count, timing, returning)
+
+    def _insert_paged(
+        self,
+        conn: Connection,
+        columns: tuple[str, ...],
+        flat: list[Any],
+        count: int,
+        timing: str,
+        returning: bool,
+    ) -> list[int]:
+        """``_insert_rows`` for rows given as one flat list, each row's values in the order of
+        ``columns``. Where the dialect knows a multi-row INSERT's ids to be consecutive, they
+        come from ``lastrowid`` instead of RETURNING (``Dialect.consecutive_ids``)."""
+        width = len(columns)
         page_size = min(_MAX_PAGE, _MAX_BIND_PARAMETERS // (width + 1))
         consecutive = self.dialect.consecutive_ids(conn, count) if returning else None
-        found = []
+        found: list[int] = []
         for first in range(0, count, page_size):
             size = min(page_size, count - first)
             page = flat[first * width : (first + size) * width]
-            compiled = self._rows_statement(ALWAYS, timing, returning and consecutive is None, size)
+            compiled = self._rows_statement(
+                columns, timing, returning and consecutive is None, size
+            )
             if compiled is None:
                 rows = [
-                    dict(zip(ALWAYS, page[i : i + width], strict=True))
+                    dict(zip(columns, page[i : i + width], strict=True))
                     for i in range(0, len(page), width)
                 ]
                 found += self._insert_page(conn, rows, timing, returning)
             elif consecutive is not None:
-                found += consecutive(compiled.lastrowid_flat(conn, ALWAYS, size, page), size)
+                found += consecutive(compiled.lastrowid_flat(conn, columns, size, page), size)
             elif returning:
-                rows_back = compiled.raw_rows_flat(conn, ALWAYS, size, page)
+                rows_back = compiled.raw_rows_flat(conn, columns, size, page)
                 found += sorted(int(row[0]) for row in rows_back)
             else:
-                compiled.rowcount_flat(conn, ALWAYS, size, page)
+                compiled.rowcount_flat(conn, columns, size, page)
         return found
 
     def _columnar_flat(
