@@ -33,6 +33,8 @@ MIN_BACKOFF = 0.1
 MAX_BACKOFF = 5.0
 #: How often the reader looks at the socket and the heartbeat clock.
 _TICK = 0.25
+#: What one read takes at most: many replies at once (a reply is some hundreds of bytes).
+_RECV_BYTES = 256 * 1024
 
 Send = Callable[[dict[str, Any]], None]
 
@@ -112,6 +114,14 @@ class LockServerClient:
     @property
     def connected(self) -> bool:
         return self._connected.is_set()
+
+    def connection_number(self) -> int | None:
+        """Which connection is up (``connects`` counts them), None when none is. Read twice
+        around the connected flag: a connection that broke and came back in between shows as
+        the new number, never the old one."""
+        before = self.connects
+        up = self._connected.is_set()
+        return before if up and self.connects == before else None
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send a request and wait for its reply (waiting up to the timeout for a connection).
@@ -362,15 +372,26 @@ class LockServerClient:
             log.warning("lost the lock server at %s (%s); reconnecting", self.address, reason)
 
     def _read_loop(self, sock: socket.socket) -> None:
+        """Read whatever has arrived into one buffer and dispatch its whole frames; a frame
+        begun must be whole within the timeout."""
         ping_sent: float | None = None
+        buffer = bytearray()
+        partial_since: float | None = None
         while not self._stop.is_set() and self._sock is sock:
             readable, _, _ = select.select([sock], [], [], _TICK)
             now = time.monotonic()
             if readable:
-                message = _read_frame(sock, now + self.timeout)
-                ping_sent = None
-                self._dispatch(message)
+                chunk = sock.recv(_RECV_BYTES)
+                if not chunk:
+                    raise ConnectionError("the lock server closed the connection")
+                buffer += chunk
+                for message in protocol.take_frames(buffer):
+                    ping_sent = None
+                    self._dispatch(message)
+                partial_since = (partial_since or now) if buffer else None
                 continue
+            if partial_since is not None and now - partial_since > self.timeout:
+                raise TimeoutError("incomplete message from the lock server")
             if ping_sent is not None and now - ping_sent > self.timeout:
                 raise TimeoutError(f"no answer to a ping within {self.timeout:g}s")
             if ping_sent is None and now - self._last_sent >= self._heartbeat:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,12 +57,26 @@ def encode(message: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def frame_length(header: bytes) -> int:
-    """The body length announced by a header; refuses one over the limit before it is read."""
-    (length,) = HEADER.unpack(header)
+def frame_length(header: bytes | bytearray) -> int:
+    """The body length announced by the header at the start of ``header``; refuses one over the
+    limit before it is read."""
+    (length,) = HEADER.unpack_from(header)
     if length > MAX_FRAME_BYTES:
         raise ProtocolError(f"announced a message of {length} bytes (limit {MAX_FRAME_BYTES})")
     return length
+
+
+def take_frames(buffer: bytearray) -> Iterator[dict[str, Any]]:
+    """The whole frames at the start of ``buffer``, each removed as it is yielded; an incomplete
+    one is left. Read into one buffer, a burst of replies costs one ``recv``, not two each."""
+    size = HEADER.size
+    while len(buffer) >= size:
+        end = size + frame_length(buffer)
+        if len(buffer) < end:
+            return
+        body = bytes(buffer[size:end])
+        del buffer[:end]
+        yield decode(body)
 
 
 def decode(body: bytes) -> dict[str, Any]:

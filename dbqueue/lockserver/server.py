@@ -1,18 +1,19 @@
 """``dbqueue server``: named locks and "work available" pushes over TCP.
 
-One asyncio task per connection, no thread per client. The server keeps only what dies with its
-clients — which connection holds which named lock, and which idle connection wants wake-ups for
-which queues — so restarting it loses nothing: the jobs, their states and their history stay in
-the database. A lock belongs to one (connection, owner) pair and is released the moment that
-connection drops, which is what lets the workers' rescue routine tell a dead worker's job from a
-live one.
+One event loop, a ``Connection`` protocol per client (``connection.py``). The server keeps only
+what dies with its clients — which connection holds which named lock, and which idle connection
+wants wake-ups for which queues — so restarting it loses nothing: the jobs, their states and
+their history stay in the database. A lock belongs to one (connection, owner) pair and is
+released the moment that connection drops, which is what lets the workers' rescue routine tell
+a dead worker's job from a live one.
 
 Defences, each with its own limit: a connection must say ``hello`` within the message timeout;
 every message must arrive whole within the message timeout of its first byte; a connection silent
 for longer than the idle timeout (clients ping at a third of it) is dropped, and its locks with
 it; a frame over the size limit, or anything that is not a frame, drops the connection; at most
-``max_clients`` connections are served at once; a reply that a client does not read within the
-message timeout, or pushes piling up unread, drop it too.
+``max_clients`` connections are served at once; replies a client leaves unread (over the
+transport's high-water mark) for longer than the message timeout, or pushes piling up unread,
+drop it too.
 """
 
 from __future__ import annotations
@@ -27,12 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import protocol
-from .protocol import Address, ProtocolError
+from .connection import Connection
+from .protocol import Address
 
 log = logging.getLogger("dbqueue.lockserver")
-
-#: Unread pushes a client may accumulate before the server gives up on it.
-MAX_PENDING_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -49,21 +48,6 @@ class ServerConfig:
     check_interval: float = 15.0  # CHECK_TASKS_INTERVAL
 
 
-class _Client:
-    __slots__ = ("number", "peer", "writer", "name", "locks", "queues")
-
-    def __init__(self, number: int, peer: str, writer: asyncio.StreamWriter) -> None:
-        self.number = number
-        self.peer = peer
-        self.writer = writer
-        self.name = ""
-        self.locks: set[str] = set()
-        self.queues: set[str] = set()
-
-    def __str__(self) -> str:
-        return f"client {self.number} ({self.name or '?'} from {self.peer})"
-
-
 class LockServer:
     """The protocol's state machine; ``run()`` serves it until ``stop()``.
 
@@ -75,9 +59,10 @@ class LockServer:
         self.config = config
         self.poll = poll
         self.server_id = secrets.token_hex(6)
-        self.locks: dict[str, tuple[_Client, str]] = {}
-        self.clients: set[_Client] = set()
-        self.connections = 0
+        self.locks: dict[str, tuple[Connection, str]] = {}
+        self.clients: set[Connection] = set()
+        #: Every connection admitted (``clients``: those past their hello).
+        self._open: set[Connection] = set()
         self.addresses: list[Address] = []
         self._numbers = 0
         self._stop: asyncio.Event | None = None
@@ -92,7 +77,8 @@ class LockServer:
         servers = []
         try:
             for port in ports:
-                server = await asyncio.start_server(self._serve, self.config.bind, port)
+                loop = asyncio.get_running_loop()
+                server = await loop.create_server(lambda: Connection(self), self.config.bind, port)
                 servers.append(server)
                 sockname = server.sockets[0].getsockname()
                 self.addresses.append(Address(self.config.bind, sockname[1]))
@@ -105,8 +91,8 @@ class LockServer:
         finally:
             for server in servers:
                 server.close()
-            for client in list(self.clients):
-                client.writer.close()
+            for connection in list(self._open):
+                connection.close()
             for server in servers:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(server.wait_closed(), self.config.message_timeout)
@@ -115,95 +101,45 @@ class LockServer:
         if self._stop is not None:
             self._stop.set()
 
-    # ---- one connection -----------------------------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = _peer(writer)
-        if self.connections >= self.config.max_clients:
+    # ---- connections ------------------------------------------------------------------------
+    def admit(self, connection: Connection) -> dict[str, Any] | None:
+        """Number a new connection; or the refusal to send it when the server is full."""
+        if len(self._open) >= self.config.max_clients:
             log.warning(
-                "refused %s: %d clients already (MAX_CLIENT_THREADS)", peer, self.connections
+                "refused %s: %d clients already (MAX_CLIENT_THREADS)",
+                connection.peer,
+                len(self._open),
             )
-            await self._refuse(
-                writer,
+            problem = (
                 f"server full: it serves at most {self.config.max_clients} "
-                "clients (MAX_CLIENT_THREADS)",
+                "clients (MAX_CLIENT_THREADS)"
             )
-            return
-        self.connections += 1
+            return {"op": "error", "ok": False, "error": problem, "retry": True}
+        self._open.add(connection)
         self._numbers += 1
-        client = _Client(self._numbers, peer, writer)
-        try:
-            hello = await self._read(reader, self.config.message_timeout)
-            problem = self._check_hello(hello)
-            if problem is not None:
-                log.warning("refused %s: %s", peer, problem)
-                await self._send(client, {"op": "error", "ok": False, "error": problem})
-                return
-            client.name = str(hello.get("client") or "")[:200]
-            self.clients.add(client)
-            await self._send(
-                client,
-                {
-                    "ok": True,
-                    "version": protocol.VERSION,
-                    "server": self.server_id,
-                    "idle_timeout": self.config.idle_timeout,
-                },
-            )
-            log.debug("%s connected", client)
-            while True:
-                message = await self._read(reader, self.config.idle_timeout)
-                reply = self._dispatch(client, message)
-                if reply is not None:
-                    await self._send(client, reply)
-        except asyncio.IncompleteReadError:
-            log.debug("%s closed the connection", client)
-        except asyncio.TimeoutError:
-            log.info("dropped %s: it sent nothing, or an incomplete message, in time", client)
-        except ProtocolError as exc:
-            log.warning("dropped %s: %s", client, exc)
-        except OSError as exc:
-            log.debug("%s: connection error %s", client, exc)
-        finally:
-            self.connections -= 1
-            self._forget(client)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), self.config.message_timeout)
+        connection.number = self._numbers
+        return None
 
-    async def _read(self, reader: asyncio.StreamReader, wait_first: float) -> dict[str, Any]:
-        """One frame: its first byte within ``wait_first``, the rest within the message timeout."""
-        loop = asyncio.get_running_loop()
-        first = await asyncio.wait_for(reader.readexactly(1), wait_first)
-        deadline = loop.time() + self.config.message_timeout
-        rest = await asyncio.wait_for(reader.readexactly(3), max(0.0, deadline - loop.time()))
-        length = protocol.frame_length(first + rest)
-        body = await asyncio.wait_for(reader.readexactly(length), max(0.0, deadline - loop.time()))
-        message = protocol.decode(body)
-        if not isinstance(message.get("op"), str):
-            raise ProtocolError("request has no 'op'")
-        return message
+    def greet(self, connection: Connection, hello: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The reply to a connection's first message, and whether it is served from now on."""
+        problem = self._check_hello(hello)
+        if problem is not None:
+            log.warning("refused %s: %s", connection.peer, problem)
+            return {"op": "error", "ok": False, "error": problem}, False
+        connection.name = str(hello.get("client") or "")[:200]
+        self.clients.add(connection)
+        log.debug("%s connected", connection)
+        reply = {
+            "ok": True,
+            "version": protocol.VERSION,
+            "server": self.server_id,
+            "idle_timeout": self.config.idle_timeout,
+        }
+        return reply, True
 
-    async def _send(self, client: _Client, message: dict[str, Any]) -> None:
-        client.writer.write(protocol.encode(message))
-        await asyncio.wait_for(client.writer.drain(), self.config.message_timeout)
-
-    async def _refuse(self, writer: asyncio.StreamWriter, problem: str) -> None:
-        """Turn away a connection over the limit; ``retry``: the client may try again later."""
-        with contextlib.suppress(Exception):
-            refusal = {"op": "error", "ok": False, "error": problem, "retry": True}
-            writer.write(protocol.encode(refusal))
-            await asyncio.wait_for(writer.drain(), self.config.message_timeout)
-        writer.close()
-
-    def _push(self, client: _Client, message: dict[str, Any]) -> None:
-        transport = client.writer.transport
-        if transport.is_closing():
-            return
-        if transport.get_write_buffer_size() > MAX_PENDING_BYTES:
-            log.warning("dropped %s: it does not read its wake-ups", client)
-            transport.abort()
-            return
-        client.writer.write(protocol.encode(message))
+    def closed(self, connection: Connection) -> None:
+        self._open.discard(connection)
+        self._forget(connection)
 
     def _check_hello(self, hello: dict[str, Any]) -> str | None:
         if hello.get("op") != "hello":
@@ -229,7 +165,7 @@ class LockServer:
         return None
 
     # ---- requests -----------------------------------------------------------------------------
-    def _dispatch(self, client: _Client, message: dict[str, Any]) -> dict[str, Any] | None:
+    def dispatch(self, client: Connection, message: dict[str, Any]) -> dict[str, Any] | None:
         """Answer one request; requests without an ``id`` get no reply (fire and forget)."""
         op, request_id = message["op"], message.get("id")
         try:
@@ -243,7 +179,7 @@ class LockServer:
             return None
         return {"id": request_id, "ok": ok, **result}
 
-    def _handle(self, client: _Client, op: str, message: dict[str, Any]) -> dict[str, Any]:
+    def _handle(self, client: Connection, op: str, message: dict[str, Any]) -> dict[str, Any]:
         if op in ("acquire", "release", "holding"):
             names = protocol.names_field(message)
             owner = message.get("owner", "")
@@ -271,21 +207,21 @@ class LockServer:
             }
         raise ValueError(f"unknown op {op!r}")
 
-    def _acquire(self, client: _Client, name: str, owner: str) -> bool:
+    def _acquire(self, client: Connection, name: str, owner: str) -> bool:
         if name in self.locks:  # held: by another client, or already by this one (not re-entrant)
             return False
         self.locks[name] = (client, owner)
         client.locks.add(name)
         return True
 
-    def _release(self, client: _Client, name: str, owner: str) -> int:
+    def _release(self, client: Connection, name: str, owner: str) -> int:
         if self.locks.get(name) != (client, owner):
             return 0
         del self.locks[name]
         client.locks.discard(name)
         return 1
 
-    def _forget(self, client: _Client) -> None:
+    def _forget(self, client: Connection) -> None:
         self.clients.discard(client)
         freed = 0
         for name in client.locks:
@@ -304,7 +240,7 @@ class LockServer:
         sent = 0
         for client in list(self.clients):
             for queue in sorted(client.queues & wanted):
-                self._push(client, {"op": "wake", "queue": queue})
+                client.push({"op": "wake", "queue": queue})
                 sent += 1
         return sent
 
@@ -326,13 +262,6 @@ class LockServer:
                         "runnable jobs in %s: %d wake-up(s)", ", ".join(queues), self.wake(queues)
                     )
             await asyncio.sleep(self.config.check_interval)
-
-
-def _peer(writer: asyncio.StreamWriter) -> str:
-    peer = writer.get_extra_info("peername")
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        return str(Address(str(peer[0]), int(peer[1])))
-    return str(peer)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -182,6 +182,28 @@ def test_a_silent_client_is_dropped_after_the_idle_timeout_and_its_locks_freed(s
         assert acquire(good, ["t:job:30"]) == [True]
 
 
+def test_a_client_that_does_not_read_its_replies_is_dropped_and_its_locks_freed(server):
+    """Requests keep coming, replies pile up unread: once the server's buffer is over its
+    high-water mark it stops reading that client, and drops it after the message timeout."""
+    with connect(server) as deaf:
+        assert acquire(deaf, ["t:job:40"]) == [True]
+        ping = protocol.encode({"op": "ping", "id": 7})
+        deaf.sock.settimeout(0.5)
+        started = time.monotonic()
+        dropped = False
+        while not dropped and time.monotonic() - started < 60:
+            try:  # never reading: the replies fill the buffers, then the server stops reading
+                deaf.sock.sendall(ping * 1000)
+            except TimeoutError:
+                continue
+            except (ConnectionError, BrokenPipeError):
+                dropped = True
+        assert dropped, "the server kept a client that does not read its replies"
+    with connect(server) as good:  # (one connected all along would idle out meanwhile)
+        assert acquire(good, ["t:job:40"]) == [True]
+    assert "it does not read its replies" in server.tail()
+
+
 def test_no_more_than_max_clients_are_served(queue_db, tmp_path):
     limited = start_server(
         queue_db, "dbqueue_", tmp_path / "server.log", extra=("--max-clients", "3")
