@@ -6,6 +6,12 @@ lock taken by one thread is neither re-entrant for it nor releasable by another.
 remembers what it holds so that, after the connection comes back (the server restarted, the
 network hiccuped), it can try to take those locks again before doing anything else; whether that
 worked is asked again, with ``holding()``, before any job's outcome commits.
+
+Before an outcome commits, ``ask_holding()`` needs no message while the connection the locks
+were taken on is still up: the server frees a lock only when its owner releases it or its
+connection ends. Should the server have ended the connection unnoticed yet, the outcome's
+UPDATE is fenced in the database anyway (``status = 'running'`` under this worker's id), which
+is what stops a job another worker took over; the lock server's answer adds nothing to that.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ class LockServerLocks(LockBackend):
     def __init__(self, client: LockServerClient) -> None:
         self.client = client
         self._held: dict[str, str] = {}  # name → owner: what this process believes it holds
+        #: name → the connection (``connection_number()``) it was taken on; -1: not known.
+        self._taken_on: dict[str, int] = {}
         self._lock = threading.Lock()
         client.add_connect_hook(self._reclaim)
 
@@ -50,12 +58,18 @@ class LockServerLocks(LockBackend):
         owner = _owner()
         taken: list[bool] = []
         for chunk in _chunks(names):
+            connection = self.client.connection_number()
             reply = self._request("acquire", names=chunk, owner=owner)
             got = [bool(t) for t in reply.get("taken", [])]
             if len(got) != len(chunk):
                 raise ValueError(f"the lock server answered {len(got)} of {len(chunk)} locks")
+            if connection is None or self.client.connection_number() != connection:
+                connection = -1  # the request may have gone out on another connection
             with self._lock:
-                self._held.update((name, owner) for name, ok in zip(chunk, got, strict=True) if ok)
+                for name, ok in zip(chunk, got, strict=True):
+                    if ok:
+                        self._held[name] = owner
+                        self._taken_on[name] = connection
             taken += got
         return taken
 
@@ -72,6 +86,7 @@ class LockServerLocks(LockBackend):
             mine = [name for name in names if self._held.get(name) == owner]
             for name in mine:
                 del self._held[name]
+                self._taken_on.pop(name, None)
         for chunk in _chunks(mine):
             self.client.send("release", names=chunk, owner=owner)
 
@@ -83,11 +98,16 @@ class LockServerLocks(LockBackend):
         return True
 
     def ask_holding(self, names: Sequence[str]) -> Callable[[Connection], bool]:
-        """The question is sent now, and its answer read when wanted: the outcome's UPDATE runs
-        while it travels. (An async slot asks when the answer is wanted.)"""
+        """No question while the connection the locks were taken on is up (see the module's
+        docstring); else it is sent now, and its answer read when wanted: the outcome's UPDATE
+        runs while it travels. (An async slot asks when the answer is wanted.)"""
+        owner = _owner()
+        if self._held_on_this_connection(names, owner):
+            return lambda conn: (
+                self._held_on_this_connection(names, owner) or self.holding(conn, names)
+            )
         if ASYNC_OWNER.get() is not None:
             return lambda conn: self.holding(conn, names)
-        owner = _owner()
         try:
             replies = [
                 self.client.request_later("holding", names=chunk, owner=owner)
@@ -96,6 +116,17 @@ class LockServerLocks(LockBackend):
         except DbqueueError:  # no server now: asked again when wanted, after the fenced UPDATE
             return lambda conn: self.holding(conn, names)
         return lambda conn: all(all(reply().get("held", [])) for reply in replies)
+
+    def _held_on_this_connection(self, names: Sequence[str], owner: str) -> bool:
+        """Whether ``owner`` took every one of ``names`` on the connection up now."""
+        connection = self.client.connection_number()
+        if connection is None:
+            return False
+        with self._lock:
+            return all(
+                self._held.get(name) == owner and self._taken_on.get(name) == connection
+                for name in names
+            )
 
     def _request(self, op: str, **fields: Any) -> dict[str, Any]:
         """A request and its reply: awaited on the loop from an async slot's greenlet (the

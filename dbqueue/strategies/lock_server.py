@@ -8,8 +8,10 @@ claim SingleStore can make exclusive: it has neither SKIP LOCKED nor named locks
 The lock lives on a different connection than the job's transaction, so unlike a database lock
 it can be lost while the transaction goes on (the server restarted, the network dropped). The
 worker therefore fences every outcome: the UPDATE that records it also requires ``status =
-'running' AND worker_id = <this worker thread>``, and ``holds()`` asks the server that it still
-holds the lock; only then does the transaction commit (see ``worker/executor.py``).
+'running' AND worker_id = <this worker thread>``, and ``holds()`` checks the lock — no message
+while the connection that took it is up, a question to the server after a reconnect
+(``LockServerLocks.ask_holding``); only then does the transaction commit (see
+``worker/executor.py``).
 """
 
 from __future__ import annotations
