@@ -50,8 +50,9 @@ class CompiledStatement:
             self.order or ()
         )
         self.result_processors: list[tuple[int, Processor]] = []
-        if isinstance(statement, sa.Select):
-            for index, column in enumerate(statement.selected_columns):
+        # A SELECT's columns, or an INSERT/UPDATE/DELETE's RETURNING (none without one).
+        if isinstance(statement, sa.Select | sa.Update | sa.Insert | sa.Delete):
+            for index, column in enumerate(statement.exported_columns):
                 process = column.type.dialect_impl(dialect).result_processor(dialect, None)
                 if process is not None:
                     self.result_processors.append((index, process))

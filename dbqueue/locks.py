@@ -98,6 +98,8 @@ class DatabaseLocks(LockBackend):
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
+        #: prefix → its lock expression builder: asked on every claim, built once.
+        self._named_by: dict[str, Callable[[sa.ColumnElement], sa.ColumnElement] | None] = {}
 
     def try_acquire(self, conn: Connection, names: Sequence[str]) -> list[bool]:
         if not names:
@@ -112,7 +114,9 @@ class DatabaseLocks(LockBackend):
     def try_acquire_named_by(
         self, prefix: str
     ) -> Callable[[sa.ColumnElement], sa.ColumnElement] | None:
-        return self.dialect.try_lock_named_by(prefix)
+        if prefix not in self._named_by:
+            self._named_by[prefix] = self.dialect.try_lock_named_by(prefix)
+        return self._named_by[prefix]
 
     def release_statement(self, prefix: str) -> sa.Select | None:
         return self.dialect.unlock_named_by(prefix)

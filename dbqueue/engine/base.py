@@ -3,6 +3,7 @@ the hot path off SQLAlchemy's construction and compilation work, and error trans
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,12 @@ from ..sqltypes import UtcDateTime
 
 # Columns a claim returns before the claim time; Job has one attribute for each.
 _JOB_COLUMNS = ROW_FIELDS[:-1]
+
+
+@functools.cache
+def id_names(size: int) -> tuple[str, ...]:
+    """Bind names of a list of ``size`` job ids: ``id_0`` … ``id_<size-1>``."""
+    return tuple(f"id_{i}" for i in range(size))
 
 
 class EngineBase:
@@ -51,6 +58,14 @@ class EngineBase:
         if found is None:
             found = self._statements[key] = build()
         return found
+
+    def _id_list(self, size: int) -> sa.ColumnElement:
+        """``id IN (:id_0, …)``: a statement over ``size`` ids, compiled once per size (an
+        expanding IN would be rendered again on every execution, and cannot be compiled in
+        advance)."""
+        id_type = self.jobs.c.id.type
+        binds = [sa.bindparam(name, type_=id_type) for name in id_names(size)]
+        return self.jobs.c.id.in_(binds)
 
     def compiled(self, stmt: Any) -> CompiledStatement:
         """``stmt`` (a statement from ``statement()``, built once) compiled for the hot path."""

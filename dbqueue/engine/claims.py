@@ -10,8 +10,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..job import Job, Status, row_reader
+from ..compiled import CompiledStatement
+from ..job import ROW_FIELDS, Job, RowReader, Status, row_reader
 from ..sqltypes import UtcDateTime
+from .base import id_names
 from .keys import Keys
 
 
@@ -138,17 +140,20 @@ class Claims(Keys):
         limit: int,
         offset: int = 0,
         task: str | None = None,
-        also: sa.ColumnElement | None = None,
+        unflushed: bool = False,
     ) -> list[int]:
         """Ids of runnable jobs in claim order, without locking (lock-based strategies);
-        ``task``: of that task only (a batch handler's gathering); ``also``: an expression
-        read along, for its effect on the transaction (``Dialect.commit_unflushed``)."""
+        ``task``: of that task only (a batch handler's gathering); ``unflushed``: the
+        transaction's commit need not wait for the disk (``Dialect.commit_unflushed``, read
+        along in the select list)."""
         stmt = self.statement(
-            f"candidates:{task is not None}:{also is not None}",
-            lambda: self._candidates(task is not None, also),
+            f"candidates:{task is not None}:{unflushed}",
+            lambda: self._candidates(
+                task is not None, self.dialect.commit_unflushed() if unflushed else None
+            ),
         )
         params = {"queue": queue, "limit": limit, "offset": offset, "task": task}
-        return list(conn.execute(stmt, params).scalars())
+        return [int(row[0]) for row in self.compiled(stmt).raw_rows(conn, params)]
 
     def locked_candidates(
         self,
@@ -224,10 +229,10 @@ class Claims(Keys):
                 j.c.run_at <= now,
             )
             .values(self._running_values(now))
-            .returning(*self._job_columns, j.c.started_at)
+            .returning(*self._claim_columns(), j.c.started_at)
             .cte("claimed")
         )
-        columns = [claimed.c[column.name] for column in (*self._job_columns, j.c.started_at)]
+        columns = [claimed.c[name] for name in ROW_FIELDS]
         return sa.select(locks.c.id, locks.c.taken, *columns).select_from(
             locks.outerjoin(claimed, claimed.c.id == locks.c.id)
         )
@@ -255,18 +260,44 @@ class Claims(Keys):
     ) -> list[Job]:
         """Mark jobs whose locks the caller holds as running, counting the attempt, and return
         those still runnable (another worker may have finished one since it was listed).
-        ``due_only=False``: whatever their run_at (eager mode's claim, see ``waiting()``)."""
+        ``due_only=False``: whatever their run_at (eager mode's claim, see ``waiting()``).
+        Compiled once per number of ids, its rows read like a claim's (``row_reader``)."""
+        size = len(ids)
+        if not size:
+            return []
         returning = bool(conn.dialect.update_returning)
-        stmt = self.statement(
-            f"claim_ids:{due_only}:{returning}", lambda: self._claim_ids(due_only, returning)
+        mark = self.compiled(
+            self.statement(
+                f"claim_ids:{due_only}:{returning}:{size}",
+                lambda: self._claim_ids(due_only, returning, size),
+            )
         )
-        params = {"ids": list(ids), "worker_id": worker_id}
+        params = {"worker_id": worker_id, **dict(zip(id_names(size), ids, strict=True))}
         if returning:
-            rows = conn.execute(stmt, params).all()
+            found = mark
         else:
-            conn.execute(stmt, params)
-            rows = conn.execute(self.statement("claimed_ids", self._claimed_ids), params).all()
-        return self._admitted_in_order(conn, [Job.from_tuple(row, 0) for row in rows])
+            mark.rowcount(conn, params)
+            found = self.compiled(
+                self.statement(f"claimed_ids:{size}", lambda: self._claimed_ids(size))
+            )
+        read, order = self.statement(f"reader:{id(found)}", lambda: self._reader(found))
+        rows = sorted(found.raw_rows(conn, params), key=order)
+        return self.admit(conn, [read(row, 0) for row in rows])
+
+    def _reader(self, found: CompiledStatement) -> tuple[RowReader, Callable[[Any], tuple]]:
+        """A claim statement's row reader, and the claim order of its raw rows (an UPDATE
+        returns them in no set order): the order's few columns converted on their own, since
+        reading a lazy one from a Job would convert all of its row (``job.LAZY``)."""
+        processors = dict(found.result_processors)
+        columns = [ROW_FIELDS.index(name) for name in self._claim_key]
+
+        def order(row: Any) -> tuple:
+            return tuple(
+                processors[i](row[i]) if i in processors and row[i] is not None else row[i]
+                for i in columns
+            )
+
+        return row_reader(found.result_processors), order
 
     def _admitted_in_order(self, conn: Connection, jobs: list[Job]) -> list[Job]:
         """Jobs a claim marked, in claim order (an UPDATE returns rows in no set order), less
@@ -274,21 +305,22 @@ class Claims(Keys):
         jobs.sort(key=lambda job: tuple(getattr(job, name) for name in self._claim_key))
         return self.admit(conn, jobs)
 
-    def _claim_ids(self, due_only: bool, returning: bool) -> sa.Update:
-        """claim_ids' UPDATE, built once: the ids and the worker are parameters."""
+    def _claim_ids(self, due_only: bool, returning: bool, size: int) -> sa.Update:
+        """claim_ids' UPDATE, built once per number of ids: the ids and the worker are
+        parameters."""
         j = self.jobs
         now = self.dialect.now()
         due = [j.c.run_at <= now] if due_only else []
         stmt = (
             sa.update(j)
             .where(
-                self.dialect.in_list(j.c.id, "ids"),
+                self._id_list(size),
                 self.dialect.unindexed(j.c.status) == Status.AVAILABLE,
                 *due,
             )
             .values(self._running_values(now))
         )
-        return stmt.returning(*self._job_columns, j.c.started_at) if returning else stmt
+        return stmt.returning(*self._claim_columns(), j.c.started_at) if returning else stmt
 
     def _running_values(self, now: sa.ColumnElement) -> dict[str, Any]:
         """What marking a locked job ``running`` writes (one attempt more), for both the
@@ -303,11 +335,11 @@ class Claims(Keys):
             "updated_at": now,
         }
 
-    def _claimed_ids(self) -> sa.Select:
+    def _claimed_ids(self, size: int) -> sa.Select:
         """Where UPDATE returns nothing: the jobs claim_ids just marked, read back."""
         j = self.jobs
-        return sa.select(*self._job_columns, j.c.started_at).where(
-            self.dialect.in_list(j.c.id, "ids"),
+        return sa.select(*self._claim_columns(), j.c.started_at).where(
+            self._id_list(size),
             j.c.status == Status.RUNNING,
             j.c.worker_id == sa.bindparam("worker_id", type_=j.c.worker_id.type),
         )

@@ -13,14 +13,9 @@ from sqlalchemy.engine import Connection
 
 from .. import payload as payload_codec
 from ..job import Job, MalformedPayload, Status
+from .base import id_names as _id_names
 from .records import FailResult, NewJob, truncate
 from .unique import UniqueKeys
-
-
-@functools.cache
-def _id_names(size: int) -> tuple[str, ...]:
-    """Bind names of a completion's ids: ``id_0`` … ``id_<size-1>``."""
-    return tuple(f"id_{i}" for i in range(size))
 
 
 @functools.cache
@@ -169,11 +164,6 @@ class Outcomes(UniqueKeys):
         ]
         result = sa.case(*arms, else_=sa.null())
         return self._build_complete(fenced, self._id_list(size), result=result)
-
-    def _id_list(self, size: int) -> sa.ColumnElement:
-        id_type = self.jobs.c.id.type
-        binds = [sa.bindparam(name, type_=id_type) for name in _id_names(size)]
-        return self.jobs.c.id.in_(binds)
 
     def _build_complete(
         self,
