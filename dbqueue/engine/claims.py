@@ -256,20 +256,27 @@ class Claims(Keys):
         )
 
     def claim_ids(
-        self, conn: Connection, ids: Sequence[int], worker_id: str, due_only: bool = True
+        self,
+        conn: Connection,
+        ids: Sequence[int],
+        worker_id: str,
+        due_only: bool = True,
+        unflushed: bool = False,
     ) -> list[Job]:
         """Mark jobs whose locks the caller holds as running, counting the attempt, and return
         those still runnable (another worker may have finished one since it was listed).
-        ``due_only=False``: whatever their run_at (eager mode's claim, see ``waiting()``).
-        Compiled once per number of ids, its rows read like a claim's (``row_reader``)."""
+        ``due_only=False``: whatever their run_at (eager mode's claim, see ``waiting()``);
+        ``unflushed``: its transaction's commit need not wait for the disk (as in
+        ``candidate_ids``; the UPDATE may be a transaction of its own). Compiled once per
+        number of ids, its rows read like a claim's (``row_reader``)."""
         size = len(ids)
         if not size:
             return []
         returning = bool(conn.dialect.update_returning)
         mark = self.compiled(
             self.statement(
-                f"claim_ids:{due_only}:{returning}:{size}",
-                lambda: self._claim_ids(due_only, returning, size),
+                f"claim_ids:{due_only}:{returning}:{size}:{unflushed}",
+                lambda: self._claim_ids(due_only, returning, size, unflushed),
             )
         )
         params = {"worker_id": worker_id, **dict(zip(id_names(size), ids, strict=True))}
@@ -305,12 +312,16 @@ class Claims(Keys):
         jobs.sort(key=lambda job: tuple(getattr(job, name) for name in self._claim_key))
         return self.admit(conn, jobs)
 
-    def _claim_ids(self, due_only: bool, returning: bool, size: int) -> sa.Update:
+    def _claim_ids(self, due_only: bool, returning: bool, size: int, unflushed: bool) -> sa.Update:
         """claim_ids' UPDATE, built once per number of ids: the ids and the worker are
-        parameters."""
+        parameters. ``unflushed``: ``commit_unflushed`` read once in its WHERE (an uncorrelated
+        subquery), before any row it writes."""
         j = self.jobs
         now = self.dialect.now()
         due = [j.c.run_at <= now] if due_only else []
+        setting = self.dialect.commit_unflushed() if unflushed else None
+        if setting is not None:
+            due.append(sa.select(setting).scalar_subquery().is_not(None))
         stmt = (
             sa.update(j)
             .where(

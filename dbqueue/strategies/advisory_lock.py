@@ -98,7 +98,7 @@ class LockClaimStrategy(ClaimStrategy):
         namespace = engine.tables.names.qualified_jobs
         held: list[str] = []
         try:
-            with self._locking(conn, slots is None and task is None and self._one_statement):
+            with self._locking(conn, slots is None and task is None):
                 taken = self._lock_jobs(
                     conn, engine, queue, limit, worker_id, slots, task, namespace, held
                 )
@@ -136,18 +136,12 @@ class LockClaimStrategy(ClaimStrategy):
         'available'`` still makes the claim exclusive: locks first, mark second, as anywhere."""
         return self.dialect.single_writer and not self.locks.releases_in_transaction
 
-    @property
-    def _one_statement(self) -> bool:
-        """Whether a claim is one statement (``QueueEngine.lock_and_claim``): locks the
-        database takes in the statement that marks the jobs running."""
-        return self.dialect.writes_in_with and self.locks.releases_in_transaction
-
     def _locking(self, conn: Connection, alone: bool) -> contextlib.AbstractContextManager[Any]:
         """The transaction the locks are taken in: the claim's own — each statement committing
-        on its own where the driver can, when the claim is one statement with no slot to
-        record (``alone``; the fallback's statements need no atomicity either: the locks
-        outlive commits and the mark is a compare-and-set) — or, outside the write lock, a
-        read transaction (deferred: it takes no write lock)."""
+        on its own where the driver can, when there is no slot to record (``alone``): the
+        statements need no common transaction, as the locks outlive commits and the mark is a
+        compare-and-set, and the mark's commit stays unflushed (``claim_ids``) — or, outside
+        the write lock, a read transaction (deferred: it takes no write lock)."""
         if self._outside_write_lock:
             return _read_transaction(conn)
         if alone:
@@ -193,7 +187,7 @@ class LockClaimStrategy(ClaimStrategy):
         slot: tuple[int, str] | None,
     ) -> list[Job]:
         """Mark the locked jobs running (and record the slot's holder)."""
-        jobs = engine.claim_ids(conn, keep, worker_id) if keep else []
+        jobs = engine.claim_ids(conn, keep, worker_id, unflushed=True) if keep else []
         if slot is not None and jobs:
             engine.record_slot(conn, queue, slot[0], jobs[0].id, worker_id)
         return jobs
