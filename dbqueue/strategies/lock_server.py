@@ -16,17 +16,28 @@ while the connection that took it is up, a question to the server after a reconn
 
 from __future__ import annotations
 
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING
+
+from sqlalchemy.engine import Connection, Engine
 
 from .. import lockserver
 from ..config import Settings
 from ..dialects import Dialect
+from ..job import Job
+from ..locks import job_lock_name
 from ..lockserver import client as clients
 from ..lockserver.locks import LockServerLocks
 from ..lockserver.notifier import LockServerNotifier
 from ..schema import TableNames
 from ..wakeup import Notifier
 from .advisory_lock import LockClaimStrategy
+from .listed import ListedCandidates
+
+if TYPE_CHECKING:
+    from ..engine import QueueEngine
+
+#: Lists tried by one claim before it lists and pages as other lock claims do.
+LISTED_TRIES = 3
 
 
 class LockServerStrategy(LockClaimStrategy):
@@ -41,6 +52,7 @@ class LockServerStrategy(LockClaimStrategy):
         self._clients: list[clients.LockServerClient] = []
         client = self._connect(self.address, settings)
         super().__init__(dialect, LockServerLocks(client), settings)
+        self.listed = ListedCandidates()
         try:
             # At start-up a server that cannot be reached, or refuses this client (wrong token,
             # other protocol version), is a configuration error, reported at once; a server
@@ -58,6 +70,51 @@ class LockServerStrategy(LockClaimStrategy):
     @classmethod
     def check_supported(cls, dialect: Dialect) -> None:
         """Every database: the server holds the locks, the database only the jobs."""
+
+    def claim(
+        self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
+    ) -> list[Job]:
+        """Ids to try come from the process's list (``listed.py``), so that a claim is a lock
+        request and one UPDATE, and only now and then a listing too. Should its ids keep being
+        taken by other workers, the claim lists and pages as the other lock claims do."""
+        for _ in range(LISTED_TRIES):
+            jobs = self._claim_listed(conn, engine, queue, limit, worker_id)
+            if jobs is None:
+                return []
+            if jobs:
+                return jobs
+        return super().claim(conn, engine, queue, limit, worker_id)
+
+    def _claim_listed(
+        self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
+    ) -> list[Job] | None:
+        """Lock ids from the list and mark them running: the jobs claimed; None when the queue
+        has nothing runnable."""
+        namespace = engine.tables.names.qualified_jobs
+
+        def list_ids(size: int) -> list[int]:
+            with self._locking(conn, True):
+                return engine.candidate_ids(conn, queue, size)
+
+        ids = self.listed.take(queue, limit, self._window(worker_id), list_ids)
+        if not ids:
+            return None
+        names = {job_id: job_lock_name(namespace, job_id) for job_id in ids}
+        held: list[str] = []
+        jobs: list[Job] = []
+        try:
+            locked = self._try_group(conn, ids, names, held)
+            if locked:  # one UPDATE, committing on its own where the driver can
+                with self.dialect.one_statement_transaction(conn):
+                    jobs = engine.claim_ids(conn, locked, worker_id, unflushed=True)
+        except BaseException:
+            self._let_go(conn, held)  # as in LockClaimStrategy._claim
+            raise
+        marked = {job.id for job in jobs}
+        if len(marked) < len(locked):
+            self.listed.forget(queue)
+        self.locks.release(conn, [names[i] for i in locked if i not in marked])
+        return jobs
 
     def notifier(self, engine: Engine, names: TableNames) -> Notifier:
         return LockServerNotifier(self._connect(self.notify_address, self.settings))
