@@ -110,7 +110,7 @@ class LockClaimStrategy(ClaimStrategy):
             if jobs is None:  # locked outside the write lock: marked in a write transaction
                 jobs = []
                 if keep:
-                    with conn.begin():
+                    with self.dialect.unflushed_commits(conn), conn.begin():
                         jobs = self._mark(conn, engine, queue, keep, worker_id, slot)
         except BaseException:
             # The claim failed — possibly after its COMMIT reached the database: let go of the

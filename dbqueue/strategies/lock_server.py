@@ -104,8 +104,11 @@ class LockServerStrategy(LockClaimStrategy):
         jobs: list[Job] = []
         try:
             locked = self._try_group(conn, ids, names, held)
-            if locked:  # one UPDATE, committing on its own where the driver can
-                with self.dialect.one_statement_transaction(conn):
+            if locked:  # one UPDATE, committing on its own where the driver can, unflushed
+                with (
+                    self.dialect.unflushed_commits(conn),
+                    self.dialect.one_statement_transaction(conn),
+                ):
                     jobs = engine.claim_ids(conn, locked, worker_id, unflushed=True)
         except BaseException:
             self._let_go(conn, held)  # as in LockClaimStrategy._claim
