@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from . import publishing
 from .client import (
@@ -45,10 +45,13 @@ class Written:
 class Write:
     """One call's database work, already validated: ``run`` executes it on a Connection inside
     the caller's transaction. ``reads_first``: it reads before it writes (a publication reads
-    the subscriptions), so dbqueue's own transaction takes its write lock first (SQLite)."""
+    the subscriptions), so dbqueue's own transaction takes its write lock first (SQLite).
+    ``one_statement``: it is one INSERT, which dbqueue's own transaction may commit on its own
+    where the driver can (``Dialect.one_statement_transaction``: no BEGIN or COMMIT sent)."""
 
     run: Callable[[Connection], Written] = field(repr=False)
     reads_first: bool = False
+    one_statement: bool = False
 
     @property
     def is_empty(self) -> bool:
@@ -82,8 +85,10 @@ class ClientWrites:
             job_id = insert_job(self.context.queue_engine(conn), conn, job)
             return Written(job_id, [job.queue], [job_id])
 
-        # A unique job reads its key's holder before it writes.
-        return Write(run, reads_first=job.unique_key is not None)
+        # A unique job reads its key's holder before it writes; a keyed one takes its place
+        # in the key's line first.
+        unique = job.unique_key is not None
+        return Write(run, reads_first=unique, one_statement=not unique and job.key is None)
 
     def _enqueue_many_write(self, call: str, jobs: Iterable[Mapping[str, Any]]) -> Write:
         """All items are validated before anything touches the database."""
@@ -158,6 +163,11 @@ class ClientWrites:
         where = self._target(target)
         if type(where) is Connection:  # the caller's transaction as it is: no context manager
             done = write.run(where)
+        elif write.one_statement and type(where) is Engine:
+            with where.connect() as conn:
+                dialect = self.context.queue_engine(conn).dialect
+                with dialect.one_statement_transaction(conn):
+                    done = write.run(conn)
         else:
             with connection_for(write_target(where) if write.reads_first else where) as conn:
                 done = write.run(conn)

@@ -62,6 +62,34 @@ def test_engine_target_commits_at_once(backend):
     assert app.get_job(job_id)["task"] == "t"
 
 
+def test_an_own_transaction_enqueue_is_one_statement_and_leaves_the_connection_as_it_was(
+    database,
+):
+    """``enqueue(None)`` of a job without unique or ordering key is one INSERT, committed on its
+    own where the driver can (PostgreSQL: autocommit, no BEGIN or COMMIT sent); a keyed job
+    still takes its place and inserts in one transaction. Either way the pooled connection comes
+    back transactional: a caller's rollback on it still undoes its enqueue."""
+    app = database.app()  # a fresh engine: its one pooled connection is used each time
+    seen: list[tuple[str, bool | None]] = []
+
+    def note(conn, cursor, statement, *args) -> None:
+        seen.append((statement.split()[0].upper(), getattr(cursor.connection, "autocommit", None)))
+
+    sa.event.listen(app.engine, "before_cursor_execute", note)
+    job_id = app.enqueue(None, "t", {"n": 1})
+    keyed = app.enqueue(None, "t", {"n": 2}, key="k")
+    sa.event.remove(app.engine, "before_cursor_execute", note)
+    assert [job["id"] for job in database.jobs()] == [job_id, keyed]
+    inserts = [autocommit for verb, autocommit in seen if verb == "INSERT"]
+    if database.database == "postgresql":
+        assert inserts[0] is True and inserts[-1] is False
+    with app.engine.connect() as conn:
+        conn.begin()
+        app.enqueue(conn, "t", {"n": 3})
+        conn.rollback()
+    assert [job["id"] for job in database.jobs()] == [job_id, keyed]
+
+
 def test_options_are_stored(backend):
     app = backend.app()
     job_id = app.enqueue(
