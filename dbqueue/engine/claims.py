@@ -140,17 +140,11 @@ class Claims(Keys):
         limit: int,
         offset: int = 0,
         task: str | None = None,
-        unflushed: bool = False,
     ) -> list[int]:
         """Ids of runnable jobs in claim order, without locking (lock-based strategies);
-        ``task``: of that task only (a batch handler's gathering); ``unflushed``: the
-        transaction's commit need not wait for the disk (``Dialect.commit_unflushed``, read
-        along in the select list)."""
+        ``task``: of that task only (a batch handler's gathering)."""
         stmt = self.statement(
-            f"candidates:{task is not None}:{unflushed}",
-            lambda: self._candidates(
-                task is not None, self.dialect.commit_unflushed() if unflushed else None
-            ),
+            f"candidates:{task is not None}", lambda: self._candidates(task is not None)
         )
         params = {"queue": queue, "limit": limit, "offset": offset, "task": task}
         return [int(row[0]) for row in self.compiled(stmt).raw_rows(conn, params)]
@@ -171,7 +165,7 @@ class Claims(Keys):
         ``prefix``: what names the locks ``lock`` takes (the statement is built once per)."""
 
         def build() -> sa.Select:
-            listed = self._candidates(task is not None, None).subquery("candidates")
+            listed = self._candidates(task is not None).subquery("candidates")
             return sa.select(listed.c.id, lock(listed.c.id))
 
         stmt = self.statement(f"locked_candidates:{prefix}:{task is not None}", build)
@@ -202,14 +196,15 @@ class Claims(Keys):
         stmt = self.statement(f"claim:lock_window:{prefix}", lambda: self._lock_and_claim(lock))
         compiled = self.compiled(stmt)
         params = {"queue": queue, "limit": limit, "offset": offset, "worker_id": worker_id}
-        rows = [compiled.process(row) for row in compiled.raw_rows(conn, params)]
+        rows = compiled.raw_rows(conn, params)
         locked = [int(row[0]) for row in rows if row[1]]
-        jobs = [Job.from_tuple(row[2:], 0) for row in rows if row[2] is not None]
-        return locked, self._admitted_in_order(conn, jobs)
+        read, order = self.statement(f"reader:{id(compiled)}", lambda: self._reader(compiled, 2))
+        claimed = sorted((row[2:] for row in rows if row[2] is not None), key=order)
+        return locked, self.admit(conn, [read(row, 0) for row in claimed])
 
     def _lock_and_claim(self, lock: Callable[[sa.ColumnElement], sa.ColumnElement]) -> sa.Select:
         j = self.jobs
-        window = self._candidates(False, None).cte("window").prefix_with("MATERIALIZED")
+        window = self._candidates(False).cte("window").prefix_with("MATERIALIZED")
         unflushed = self.dialect.commit_unflushed()
         locks = (
             sa.select(
@@ -237,13 +232,13 @@ class Claims(Keys):
             locks.outerjoin(claimed, claimed.c.id == locks.c.id)
         )
 
-    def _candidates(self, of_task: bool, also: sa.ColumnElement | None) -> sa.Select:
+    def _candidates(self, of_task: bool) -> sa.Select:
         """The runnable ids in claim order, built once: the queue, the page (``limit``,
         ``offset``) and, ``of_task``, the task are parameters."""
         j = self.jobs
         task = [j.c.task == sa.bindparam("task", type_=j.c.task.type)] if of_task else []
         return (
-            sa.select(j.c.id, *([] if also is None else [also]))
+            sa.select(j.c.id)
             .where(
                 j.c.status == Status.AVAILABLE,
                 j.c.queue == sa.bindparam("queue", type_=j.c.queue.type),
@@ -266,9 +261,9 @@ class Claims(Keys):
         """Mark jobs whose locks the caller holds as running, counting the attempt, and return
         those still runnable (another worker may have finished one since it was listed).
         ``due_only=False``: whatever their run_at (eager mode's claim, see ``waiting()``);
-        ``unflushed``: its transaction's commit need not wait for the disk (as in
-        ``candidate_ids``; the UPDATE may be a transaction of its own). Compiled once per
-        number of ids, its rows read like a claim's (``row_reader``)."""
+        ``unflushed``: its transaction's commit need not wait for the disk
+        (``Dialect.commit_unflushed``; the UPDATE may be a transaction of its own). Compiled
+        once per number of ids, its rows read like a claim's (``row_reader``)."""
         size = len(ids)
         if not size:
             return []
@@ -291,11 +286,15 @@ class Claims(Keys):
         rows = sorted(found.raw_rows(conn, params), key=order)
         return self.admit(conn, [read(row, 0) for row in rows])
 
-    def _reader(self, found: CompiledStatement) -> tuple[RowReader, Callable[[Any], tuple]]:
+    def _reader(
+        self, found: CompiledStatement, skip: int = 0
+    ) -> tuple[RowReader, Callable[[Any], tuple]]:
         """A claim statement's row reader, and the claim order of its raw rows (an UPDATE
-        returns them in no set order): the order's few columns converted on their own, since
-        reading a lazy one from a Job would convert all of its row (``job.LAZY``)."""
-        processors = dict(found.result_processors)
+        returns them in no set order), for rows less their first ``skip`` columns: the order's
+        few columns converted on their own, since reading a lazy one from a Job would convert
+        all of its row (``job.LAZY``)."""
+        shifted = [(i - skip, p) for i, p in found.result_processors if i >= skip]
+        processors = dict(shifted)
         columns = [ROW_FIELDS.index(name) for name in self._claim_key]
 
         def order(row: Any) -> tuple:
@@ -304,13 +303,7 @@ class Claims(Keys):
                 for i in columns
             )
 
-        return row_reader(found.result_processors), order
-
-    def _admitted_in_order(self, conn: Connection, jobs: list[Job]) -> list[Job]:
-        """Jobs a claim marked, in claim order (an UPDATE returns rows in no set order), less
-        keyed ones not heading their line (``admit``)."""
-        jobs.sort(key=lambda job: tuple(getattr(job, name) for name in self._claim_key))
-        return self.admit(conn, jobs)
+        return row_reader(shifted), order
 
     def _claim_ids(self, due_only: bool, returning: bool, size: int, unflushed: bool) -> sa.Update:
         """claim_ids' UPDATE, built once per number of ids: the ids and the worker are

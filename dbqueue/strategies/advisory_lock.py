@@ -220,7 +220,7 @@ class LockClaimStrategy(ClaimStrategy):
             return list(locked), locked
         wanted = min(limit * OVERFETCH, MAX_CANDIDATES)
         for page in range(PAGES):
-            ids = engine.candidate_ids(conn, queue, wanted, page * wanted, task, unflushed=True)
+            ids = engine.candidate_ids(conn, queue, wanted, page * wanted, task)
             if not ids:
                 return [], {}
             names = {job_id: job_lock_name(namespace, job_id) for job_id in ids}
