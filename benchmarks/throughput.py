@@ -7,12 +7,14 @@
 Enqueue: the first ``single`` jobs one per transaction, three ways — ``app.enqueue`` on one
 Connection, ``app.enqueue(None, …)`` (dbqueue's own transaction on the App's pooled engine) and
 ``app.enqueue(session, …)`` + ``session.commit()`` — in blocks of 200 alternating with the bare
-INSERT+COMMIT on one connection of the same driver; the rest with ``app.enqueue_many``,
-``chunk`` jobs per call and transaction. Processing: one worker process
-(``benchmarks.worker_proc``, ``--burst``) with ``concurrency`` threads drains the table. The
-ceiling runs the same work as bare SQL through the same driver (``benchmarks.ceiling``), with
-the same concurrency and batch size, on the same freshly filled table. Each of ``rounds`` rounds
-measures dbqueue and then bare SQL; the figures are the medians.
+INSERT+COMMIT on one connection of the same driver, and with SQLAlchemy's floors (the bare
+INSERT through a Connection, the App's Engine and a Session, no dbqueue); the rest with
+``app.enqueue_many``, ``chunk`` jobs per call and transaction, call by call in turn with the
+bare multi-row INSERT (each given its input ready-made: encoded rows, job dicts). Processing:
+one worker process (``benchmarks.worker_proc``, ``--burst``) with ``concurrency`` threads drains
+the table. The ceiling runs the same work as bare SQL through the same driver
+(``benchmarks.ceiling``), with the same concurrency and batch size, on the same freshly filled
+table. Each of ``rounds`` rounds measures dbqueue and then bare SQL; the figures are the medians.
 
 ``--job-log`` measures instead what the per-job log line (``--log-jobs``) costs processing: each
 round drains a freshly filled table once without and once with it, in alternating order. Both
@@ -123,15 +125,61 @@ SINGLE_WAYS = {
 }
 
 
+def _insert_through(conn: Any, sql: str, row: tuple) -> None:
+    result = conn.exec_driver_sql(sql, row)
+    if result.returns_rows:
+        result.fetchone()
+
+
+def sqlalchemy_connection(engine: sa.Engine, sql: str, part: list[tuple]) -> float:
+    """The bare INSERT through SQLAlchemy, one ``conn.begin()`` per row on one Connection: the
+    shape of ``app.enqueue(conn, …)`` without dbqueue; returns seconds."""
+    started = time.perf_counter()
+    with engine.connect() as conn:
+        for row in part:
+            with conn.begin():
+                _insert_through(conn, sql, row)
+    return time.perf_counter() - started
+
+
+def sqlalchemy_engine(engine: sa.Engine, sql: str, part: list[tuple]) -> float:
+    """The bare INSERT in ``engine.begin()``, a pooled connection per row: the shape of
+    ``app.enqueue(None, …)`` (run on the App's own engine) without dbqueue; returns seconds."""
+    started = time.perf_counter()
+    for row in part:
+        with engine.begin() as conn:
+            _insert_through(conn, sql, row)
+    return time.perf_counter() - started
+
+
+def sqlalchemy_session(engine: sa.Engine, sql: str, part: list[tuple]) -> float:
+    """The bare INSERT on a new Session's connection, then ``session.commit()``: the shape of
+    ``app.enqueue(session, …)`` without dbqueue; returns seconds."""
+    started = time.perf_counter()
+    for row in part:
+        with Session(engine) as session:
+            _insert_through(session.connection(), sql, row)
+            session.commit()
+    return time.perf_counter() - started
+
+
 def enqueue_single_interleaved(
     url: str, app: Any, engine: sa.Engine, rows: list[tuple], single: int
 ) -> dict[str, float]:
     """Bare and dbqueue one-per-transaction enqueues (each way of SINGLE_WAYS) in alternating
     blocks of 200 jobs; returns the seconds of each. Each commit waits for the disk, whose speed
     drifts within seconds on a shared machine: alternating keeps all measured under the same
-    conditions. The bare blocks run ``single`` jobs in all, and so does each way."""
+    conditions. The bare blocks run ``single`` jobs in all, and so does each way. So do
+    SQLAlchemy's own floors: the bare INSERT through each way's Connection, Engine or Session,
+    no dbqueue (what SQLAlchemy itself costs per transaction, beyond the driver)."""
     table = app.names.jobs
-    seconds = dict.fromkeys(["bare_single", *SINGLE_WAYS], 0.0)
+    sql = ceiling.INSERT[ceiling._backend(url)].format(t=table)
+    floors = {
+        "sqlalchemy_connection": (sqlalchemy_connection, engine),
+        "sqlalchemy_engine": (sqlalchemy_engine, app.engine),
+        "sqlalchemy_session": (sqlalchemy_session, engine),
+    }
+    seconds = dict.fromkeys(["bare_single", *SINGLE_WAYS, *floors], 0.0)
     bare = ceiling._connect(url)  # one connection throughout, warm like dbqueue's pooled ones
     try:
         for first in range(0, single, SINGLE_BLOCK):
@@ -140,31 +188,63 @@ def enqueue_single_interleaved(
             seconds["bare_single"] += ceiling.enqueue_single(url, table, part, bare)
             for name, way in SINGLE_WAYS.items():
                 seconds[name] += way(app, engine, first, count)
+            for name, (floor, where) in floors.items():
+                seconds[name] += floor(where, sql, part)
     finally:
         bare.close()
     return seconds
 
 
+#: The one-job enqueue ratios, each with SQLAlchemy's floor for the same shape.
+SINGLE_FLOORS = {
+    "enqueue_single_ratio": "sqlalchemy_connection",
+    "enqueue_single_none_ratio": "sqlalchemy_engine",
+    "enqueue_single_session_ratio": "sqlalchemy_session",
+}
+
+
 def enqueue_many_with_dbqueue(
     app: Any, engine: sa.Engine, first: int, last: int, chunk: int
 ) -> float:
-    """``app.enqueue_many``, ``chunk`` jobs per call and transaction; returns seconds."""
+    """``app.enqueue_many``, ``chunk`` jobs per call and transaction; returns seconds. The job
+    dicts are built first, as the bare INSERT's rows are: the clock times the calls."""
+    specs = [{"task": "noop", "payload": {"n": i}} for i in range(first, last)]
     started = time.perf_counter()
     with engine.connect() as conn:
-        for start in range(first, last, chunk):
-            batch = [
-                {"task": "noop", "payload": {"n": i}}
-                for i in range(start, min(last, start + chunk))
-            ]
+        for start in range(0, len(specs), chunk):
             with conn.begin():
-                app.enqueue_many(conn, batch)
+                app.enqueue_many(conn, specs[start : start + chunk])
     return time.perf_counter() - started
 
 
-def bulk_insert_bare(url: str, table: str, rows: list[tuple], chunk: int) -> float:
-    """Multi-row INSERT through the driver's own fast path; returns seconds."""
+def enqueue_many_interleaved(
+    url: str, app: Any, engine: sa.Engine, rows: list[tuple], first: int, chunk: int
+) -> tuple[float, float]:
+    """The bare multi-row INSERT and ``enqueue_many`` of ``rows[first:]``, call by call in
+    turn (as the one-per-transaction enqueues alternate): the seconds of each. Both get their
+    input ready-made (the bare INSERT its encoded rows, dbqueue the job dicts); each call is one
+    transaction of ``chunk`` jobs."""
+    bare_seconds = dbqueue_seconds = 0.0
+    bare = ceiling._connect(url)
+    try:
+        for start in range(first, len(rows), chunk):
+            end = min(len(rows), start + chunk)
+            bare_seconds += bulk_insert_bare(url, app.names.jobs, rows[start:end], chunk, bare)
+            dbqueue_seconds += enqueue_many_with_dbqueue(app, engine, start, end, chunk)
+    finally:
+        bare.close()
+    return bare_seconds, dbqueue_seconds
+
+
+def bulk_insert_bare(
+    url: str, table: str, rows: list[tuple], chunk: int, conn: Any = None
+) -> float:
+    """Multi-row INSERT through the driver's own fast path (on ``conn``, kept open by the
+    caller, else a new connection); returns seconds."""
     backend = ceiling._backend(url)
-    conn = ceiling._connect(url)
+    own = conn is None
+    if own:
+        conn = ceiling._connect(url)
     columns = "(task, queue, payload, payload_hash, priority, max_attempts)"
     try:
         started = time.perf_counter()
@@ -194,7 +274,8 @@ def bulk_insert_bare(url: str, table: str, rows: list[tuple], chunk: int) -> flo
                 conn.execute("COMMIT")
         return time.perf_counter() - started
     finally:
-        conn.close()
+        if own:
+            conn.close()
 
 
 def analyze(app: Any, engine: sa.Engine) -> None:
@@ -222,7 +303,16 @@ def run(
     table = app.names.jobs
     rows = bare_rows(jobs)
     rates: dict[str, list[float]] = {
-        k: [] for k in ("bare_single", *SINGLE_WAYS, "bulk", "bare_bulk", "process", "bare_process")
+        k: []
+        for k in (
+            "bare_single",
+            *SINGLE_WAYS,
+            *SINGLE_FLOORS.values(),
+            "bulk",
+            "bare_bulk",
+            "process",
+            "bare_process",
+        )  # fmt: skip
     }
     options = ["--burst", "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
     if strategy:
@@ -233,10 +323,8 @@ def run(
             for name, seconds in enqueue_single_interleaved(url, app, engine, rows, single).items():
                 rates[name].append(single / seconds)
             empty(app, engine)
-            bare_bulk = bulk_insert_bare(url, table, rows[single:], chunk)
+            bare_bulk, bulk = enqueue_many_interleaved(url, app, engine, rows, single, chunk)
             rates["bare_bulk"].append((jobs - single) / bare_bulk)
-            empty(app, engine)
-            bulk = enqueue_many_with_dbqueue(app, engine, single, jobs, chunk)
             rates["bulk"].append((jobs - single) / bulk)
             empty(app, engine)
             app.enqueue_many(engine, [{"task": "noop", "payload": {"n": i}} for i in range(jobs)])
@@ -283,6 +371,9 @@ def run(
         "enqueue_single_none_ratio": round(med["single_none"] / med["bare_single"], 2),
         "enqueue_single_session_jobs_per_s": round(med["single_session"]),
         "enqueue_single_session_ratio": round(med["single_session"] / med["bare_single"], 2),
+        "sqlalchemy_floor_ratios": {
+            way: round(med[floor] / med["bare_single"], 2) for way, floor in SINGLE_FLOORS.items()
+        },
         "enqueue_bulk_jobs_per_s": round(med["bulk"]),
         "enqueue_bulk_ceiling_jobs_per_s": round(med["bare_bulk"]),
         "enqueue_bulk_ratio": round(med["bulk"] / med["bare_bulk"], 2),
@@ -480,6 +571,8 @@ def describe(result: dict[str, Any]) -> str:
             f"jobs/s  (ratio {result['enqueue_single_none_ratio']})",
             f"    enqueue(session) + commit:  {result['enqueue_single_session_jobs_per_s']:>8} "
             f"jobs/s  (ratio {result['enqueue_single_session_ratio']})",
+            "    SQLAlchemy alone, the bare INSERT in the same three shapes (ratios): "
+            + ", ".join(f"{v}" for v in result["sqlalchemy_floor_ratios"].values()),
             f"  enqueue_many:                 {result['enqueue_bulk_jobs_per_s']:>8} jobs/s  "
             f"(bare multi-row INSERT {result['enqueue_bulk_ceiling_jobs_per_s']}, "
             f"ratio {result['enqueue_bulk_ratio']})",
