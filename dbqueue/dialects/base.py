@@ -173,6 +173,14 @@ class Dialect(abc.ABC):
         BEGIN and COMMIT round trips; elsewhere a plain transaction."""
         return conn.begin()
 
+    def statements_alone(self, conn: Connection) -> contextlib.AbstractContextManager[Any]:
+        """Around the last statements of ``conn``'s open transaction (a lock-based batch's
+        outcome, fenced UPDATE and lock release): where the transaction has sent nothing yet
+        (no handler wrote) and the driver begins one only with its first statement, each runs
+        committed on its own, sparing the BEGIN and COMMIT round trips; elsewhere as they are.
+        Only for statements each safe to commit alone, in their order."""
+        return contextlib.nullcontext()
+
     def unlock_named_by(self, prefix: str) -> sa.Select | None:
         """A statement releasing the locks ``try_lock_named_by(prefix)`` takes, one for each
         key of its array parameter ``keys``; None where there is none (``unlock`` each)."""

@@ -21,6 +21,7 @@ from .pg_listen import PgFinishListener, PgNotifier
 _UNDEFINED_TABLE = "42P01"
 _UTC = dt.timezone.utc
 _TRANSIENT = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
+_TRANSACTION_IDLE = 0  # psycopg2.extensions.TRANSACTION_STATUS_IDLE: no transaction open
 
 
 #: A name ending in a number of up to this many digits (a job's id) is keyed by that number.
@@ -153,6 +154,24 @@ class PostgresDialect(Dialect):
         try:
             with conn.begin():
                 yield
+        finally:
+            # A connection closed by the failure that ended the block refuses: invalidated.
+            with contextlib.suppress(Exception):
+                dbapi.autocommit = False
+
+    @contextlib.contextmanager
+    def statements_alone(self, conn: Connection) -> Iterator[None]:
+        # psycopg2 sends BEGIN before a transaction's first statement: a transaction with none
+        # yet is idle on the server, and its statements can run in autocommit instead. The
+        # COMMIT that ends it afterwards then has nothing to send.
+        dbapi = conn.connection.dbapi_connection
+        status = getattr(dbapi, "get_transaction_status", None)
+        if status is None or dbapi.autocommit or status() != _TRANSACTION_IDLE:
+            yield
+            return
+        dbapi.autocommit = True
+        try:
+            yield
         finally:
             # A connection closed by the failure that ended the block refuses: invalidated.
             with contextlib.suppress(Exception):

@@ -163,11 +163,13 @@ class BatchExecutor(HandlerCalls):
             with conn.begin():
                 ran = self._run_batch(conn, engine, jobs, should_stop, claimed_by=self.worker_id)
                 holds = self.strategy.ask_holds(engine, ran.started) if ran.started else None
-                changed = self._complete(conn, engine, ran.done, claimed_by=self.worker_id)
-                self._check_still_ours(conn, engine, ran.started, changed + ran.changed, holds)
-                if self.strategy.releases_with_outcome:
-                    self.strategy.release_jobs(conn, engine, jobs)
-                    ran.result.released = True
+                # No handler wrote: the fenced UPDATE may commit alone, then the release.
+                with engine.dialect.statements_alone(conn):
+                    changed = self._complete(conn, engine, ran.done, claimed_by=self.worker_id)
+                    self._check_still_ours(conn, engine, ran.started, changed + ran.changed, holds)
+                    if self.strategy.releases_with_outcome:
+                        self.strategy.release_jobs(conn, engine, jobs)
+                        ran.result.released = True
         except ClaimLostError as lost:
             self._lost(conn, engine, jobs, lost)
             return BatchResult(skipped=len(jobs))

@@ -5,12 +5,13 @@ outcome has committed. A lock left behind would hide a runnable job from every o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from support.backends import BACKENDS
+from support.backends import BACKENDS, effects
 
 from dbqueue.locks import job_lock_name
 from dbqueue.worker.claimed import claim_and_run
@@ -144,3 +145,74 @@ def test_every_thread_window_claims_and_an_empty_window_falls_back(setup) -> Non
         assert _free(strategy, other, queue_engine, ids) == [False] * len(ids)
         strategy.release(conn, queue_engine, got)
         assert _free(strategy, other, queue_engine, ids) == [True] * len(ids)
+
+
+@pytest.mark.parametrize("backend", LOCK_BACKENDS, indirect=True)
+def test_a_batch_outcome_commits_with_its_handlers_writes_and_alone_only_when_none_wrote(
+    backend,
+) -> None:
+    """A committed claim's outcome commits in one transaction with whatever its handlers wrote:
+    a job taken over meanwhile takes their writes back with it. Where no handler wrote, the
+    fenced UPDATE and the release may each commit alone (PostgreSQL: autocommit, no BEGIN or
+    COMMIT sent); a job taken over is then still left alone, and the connection comes back
+    transactional."""
+    app = backend.app()
+    peer = backend.engine()
+    jobs_table = app.tables.jobs
+
+    def take_over(job_id: int) -> None:  # another worker's rescue and claim, committed
+        with peer.begin() as other:
+            other.execute(
+                sa.update(jobs_table).where(jobs_table.c.id == job_id).values(worker_id="other:1:0")
+            )
+
+    def writes(job, session) -> None:
+        if job.payload["lost"]:
+            take_over(job.id)
+        session.execute(effects.insert().values(job_id=job.id, note="handler"))
+
+    def quiet(job, session) -> None:
+        if job.payload["lost"]:
+            take_over(job.id)
+
+    app.task("writes")(writes)
+    app.task("quiet")(quiet)
+    context = app.context.reconfigured(strategy=backend.strategy)
+    engine = context.create_engine()
+    strategy = context.open_strategy(context.check_database(engine))
+    autocommit: list[bool | None] = []
+
+    def note(conn, cursor, statement, *args) -> None:
+        if statement.lstrip().upper().startswith("UPDATE") and "succeeded" in str(args[0]):
+            autocommit.append(getattr(cursor.connection, "autocommit", None))
+
+    sa.event.listen(engine, "before_cursor_execute", note)
+    executor = BatchExecutor(context, strategy, "test:a")
+    try:
+        ran = {}
+        for task in ("writes", "quiet"):
+            for lost in (False, True):
+                job_id = app.enqueue(None, task, {"lost": lost})
+                with engine.connect() as conn:
+                    queue_engine = context.queue_engine(conn)
+                    claim = functools.partial(
+                        strategy.claim, conn, queue_engine, "default", 10, "test:a"
+                    )
+                    claim_and_run(executor, conn, queue_engine, claim, lambda: False)
+                    assert not conn.in_transaction()
+                    if backend.database == "postgresql":
+                        assert conn.connection.dbapi_connection.autocommit is False
+                ran[task, lost] = app.get_job(job_id)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", note)
+        strategy.close()
+        engine.dispose()
+        peer.dispose()
+    assert ran["writes", False]["status"] == "succeeded"
+    assert ran["quiet", False]["status"] == "succeeded"
+    assert ran["writes", True]["status"] == ran["quiet", True]["status"] == "running"
+    assert ran["writes", True]["worker_id"] == ran["quiet", True]["worker_id"] == "other:1:0"
+    # The handler that wrote and kept its job committed its row; the one taken over did not.
+    assert backend.effect_ids() == [ran["writes", False]["id"]]
+    if backend.database == "postgresql":  # the writer's outcome in its transaction, alone else
+        assert autocommit[:2] == [False, False] and autocommit[2:] == [True, True]
