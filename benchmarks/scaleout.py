@@ -10,8 +10,8 @@ PostgreSQL ``pg_stat_database.xact_commit`` (this database only), MariaDB ``Com_
 ``Handler_commit`` (server-wide: other clients of the server are counted too), and on every
 database the commits the workers sent, counted at the client by SQLAlchemy events (SQLite has
 no server: that is its only figure). And per job: the claims' size, the statements sent, the
-workers' CPU (the rest of the machine's goes to the server). Target (issue 19): no collapse,
-8 processes ≥ 1 process.
+workers' CPU, and the rest of the machine's (the server's, on a machine running nothing else).
+Target (issue 19): no collapse, 8 processes ≥ 1 process.
 """
 
 from __future__ import annotations
@@ -37,12 +37,15 @@ def drain(url: str, size: int) -> dict[str, Any]:
     with fleet(url, size, options) as workers:
         ready = workers.wait_ready()
         before = server_counters(url)
+        busy_before = machine_busy_seconds()
         moment = workers.go()
         reports = workers.reports()
+        busy_after = machine_busy_seconds()
         end = max(r["ended_at"] for r in reports)
         time.sleep(1.0)  # PostgreSQL backends report their statistics at exit
         after = server_counters(url)
     seconds = end - moment
+    worker_cpu = sum(r.get("cpu_seconds", 0.0) for r in reports)
     done = sum(r["succeeded"] for r in reports)
     server = {
         f"{key}_per_s": round((after[key] - before[key]) / seconds)
@@ -60,14 +63,30 @@ def drain(url: str, size: int) -> dict[str, Any]:
         # (what is left of two cores goes to the database server).
         "jobs_per_claim": round(done / max(1, sum(r.get("rounds", 0) for r in reports)), 2),
         "statements_per_job": round(sum(r["statements"] for r in reports) / max(1, done), 3),
-        "worker_cpu_us_per_job": round(
-            1e6 * sum(r.get("cpu_seconds", 0.0) for r in reports) / max(1, done)
+        "worker_cpu_us_per_job": round(1e6 * worker_cpu / max(1, done)),
+        # The machine's CPU over the drain beyond the workers' own: the database server's
+        # (and on SQLite, which has none, the processes' exits and the machine's other work).
+        **(
+            {"other_cpu_us_per_job": round(1e6 * (busy_after - busy_before - worker_cpu) / done)}
+            if busy_before is not None and busy_after is not None and done
+            else {}
         ),
         **server,
         "per_process_jobs": [r["succeeded"] for r in reports],
         "setup_seconds": round(ready, 1),
         "latest_start_s": round(max(r["started_at"] for r in reports) - moment, 3),
     }
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds every core of the machine has spent busy since boot (Linux's /proc/stat:
+    all but idle and I/O wait), or None elsewhere."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    ticks = [int(value) for value in fields]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def run(database: str, jobs: int, sizes: list[int]) -> dict[str, Any]:
@@ -116,7 +135,9 @@ def describe(result: dict[str, Any]) -> str:
         lines.append(
             f"    jobs per claim {p.get('jobs_per_claim')}, statements per job "
             f"{p.get('statements_per_job')}, worker CPU {p.get('worker_cpu_us_per_job')} µs/job"
-        )
+            + (f", the rest of the machine's {p['other_cpu_us_per_job']} µs/job"
+               if "other_cpu_us_per_job" in p else "")
+        )  # fmt: skip
     lines.append(f"  largest fleet / one process: {result['ratio_max_to_1']}")
     return "\n".join(lines)
 
