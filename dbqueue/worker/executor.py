@@ -268,7 +268,7 @@ class BatchExecutor(HandlerCalls):
         ids = ", ".join(str(job.id) for job in jobs[:20])
         log.warning(
             "rolled back job(s) %s: %s (another worker may have taken them over while the lock "
-            "server was unreachable); they will run again, once",
+            "server was unreachable); any not already marked done will run again, once",
             ids,
             exc,
         )
