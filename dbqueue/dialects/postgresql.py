@@ -150,14 +150,8 @@ class PostgresDialect(Dialect):
             with conn.begin():
                 yield
             return
-        dbapi.autocommit = True
-        try:
-            with conn.begin():
-                yield
-        finally:
-            # A connection closed by the failure that ended the block refuses: invalidated.
-            with contextlib.suppress(Exception):
-                dbapi.autocommit = False
+        with _autocommit(dbapi), conn.begin():
+            yield
 
     @contextlib.contextmanager
     def statements_alone(self, conn: Connection) -> Iterator[None]:
@@ -169,13 +163,8 @@ class PostgresDialect(Dialect):
         if status is None or dbapi.autocommit or status() != _TRANSACTION_IDLE:
             yield
             return
-        dbapi.autocommit = True
-        try:
+        with _autocommit(dbapi):
             yield
-        finally:
-            # A connection closed by the failure that ended the block refuses: invalidated.
-            with contextlib.suppress(Exception):
-                dbapi.autocommit = False
 
     def unlock_named_by(self, prefix: str) -> sa.Select | None:
         # One array parameter, whatever the number of keys: the statement is compiled once.
@@ -280,3 +269,15 @@ def _array_element(value: Any) -> str:
             raise ValueError(f"naive datetime {value!r}: pass a timezone-aware datetime")
         return '"' + value.astimezone(_UTC).isoformat() + '"'
     raise TypeError(f"cannot put a {type(value).__name__} in a PostgreSQL array literal")
+
+
+@contextlib.contextmanager
+def _autocommit(dbapi: Any) -> Iterator[None]:
+    """The driver's autocommit for the block (each statement commits as it runs), then off."""
+    dbapi.autocommit = True
+    try:
+        yield
+    finally:
+        # A connection closed by the failure that ended the block refuses: invalidated.
+        with contextlib.suppress(Exception):
+            dbapi.autocommit = False
