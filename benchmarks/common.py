@@ -85,6 +85,21 @@ def server_version(url: str) -> str:
         engine.dispose()
 
 
+def server_threads(url: str) -> str | None:
+    """How a MariaDB/MySQL server runs its connections (``@@thread_handling``: a thread per
+    connection, or its thread pool), which decides how it holds up under many workers on few
+    cores (README: "Many workers on a small MariaDB"); None for other databases."""
+    engine = sa.create_engine(url)
+    try:
+        if engine.dialect.name != "mysql":
+            return None
+        with engine.connect() as conn:
+            found = conn.execute(sa.text("SHOW GLOBAL VARIABLES LIKE 'thread_handling'")).first()
+        return None if found is None else str(found[1])
+    finally:
+        engine.dispose()
+
+
 def save(name: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {

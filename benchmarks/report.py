@@ -184,8 +184,11 @@ def strategies_table(results: Results) -> list[str]:
 
 
 def curve(f: dict) -> str:
-    points = ", ".join(f"{p['processes']}: {n(p['jobs_per_s'])}" for p in f["scaleout"]["curve"])
-    return f"{points} ({n(f['scaleout']['jobs'])} jobs)"
+    result = f["scaleout"]
+    points = ", ".join(f"{p['processes']}: {n(p['jobs_per_s'])}" for p in result["curve"])
+    threads = result.get("thread_handling")
+    server = f"; the server's `thread_handling`: {threads}" if threads else ""
+    return f"{points} ({n(result['jobs'])} jobs{server})"
 
 
 def commits(f: dict) -> str:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import URLS, fresh_app, machine, save, server_version
+from benchmarks.common import URLS, fresh_app, machine, save, server_threads, server_version
 from benchmarks.fleet import fleet
 from benchmarks.load import server_counters
 from benchmarks.throughput import analyze, empty
@@ -113,6 +113,7 @@ def run(database: str, jobs: int, sizes: list[int]) -> dict[str, Any]:
         "workload": "scale-out: worker processes draining one table",
         "database": database,
         "server": server_version(url),
+        **({"thread_handling": threads} if (threads := server_threads(url)) else {}),
         "jobs": jobs,
         "concurrency": 4,
         "batch_size": 10,
@@ -124,8 +125,11 @@ def run(database: str, jobs: int, sizes: list[int]) -> dict[str, Any]:
 def describe(result: dict[str, Any]) -> str:
     lines = [
         f"Scale-out {result['database']} ({result['server']}, {result['jobs']:,} no-op jobs, each "
-        f"process concurrency {result['concurrency']}, batch {result['batch_size']}):"
-    ]
+        f"process concurrency {result['concurrency']}, batch {result['batch_size']}"
+        + (f"; server thread_handling {result['thread_handling']}" if "thread_handling" in result
+           else "")
+        + "):"
+    ]  # fmt: skip
     for p in result["curve"]:
         server = ", ".join(f"{k} {p[k]:,}" for k in p if k.endswith("_per_s") and k != "jobs_per_s")
         lines.append(
