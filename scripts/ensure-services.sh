@@ -66,6 +66,15 @@ ensure_postgresql() {
             $SUDO pg_ctlcluster --skip-systemctl-redirect "$version" main reload
         fi
     fi
+    # Room for the idle-fleet benchmark's 50 workers (6 connections each) and the multi-process
+    # tests: the default 100 cut the fleet to 14. Set when this script starts the server (the
+    # setting needs a restart); a server already running keeps its own.
+    if [ "$state" != "already running" ] \
+        && [ "$(pg_psql -d postgres -c "SHOW max_connections")" -lt 400 ]; then
+        pg_psql -d postgres -c "ALTER SYSTEM SET max_connections = 400"
+        $SUDO pg_ctlcluster --skip-systemctl-redirect "$(pg_cluster_version)" main restart
+        wait_for "PostgreSQL" pg_ready
+    fi
     if [ "$(pg_psql -d postgres -c "SELECT 1 FROM pg_database WHERE datname = 'test'")" != "1" ]; then
         pg_psql -d postgres -c "CREATE DATABASE test"
     fi
