@@ -223,14 +223,19 @@ def enqueue_many_interleaved(
     """The bare multi-row INSERT and ``enqueue_many`` of ``rows[first:]``, call by call in
     turn (as the one-per-transaction enqueues alternate): the seconds of each. Both get their
     input ready-made (the bare INSERT its encoded rows, dbqueue the job dicts); each call is one
-    transaction of ``chunk`` jobs."""
+    transaction of ``chunk`` jobs. Which of the two goes first swaps every call: on SQLite the
+    second writer of a pair pays more (its commit took 7-8 µs a job against the first's 4-5,
+    whichever it was), so a fixed order measured the order, not the code."""
     bare_seconds = dbqueue_seconds = 0.0
     bare = ceiling._connect(url)
     try:
-        for start in range(first, len(rows), chunk):
+        for call, start in enumerate(range(first, len(rows), chunk)):
             end = min(len(rows), start + chunk)
+            if call % 2:
+                dbqueue_seconds += enqueue_many_with_dbqueue(app, engine, start, end, chunk)
             bare_seconds += bulk_insert_bare(url, app.names.jobs, rows[start:end], chunk, bare)
-            dbqueue_seconds += enqueue_many_with_dbqueue(app, engine, start, end, chunk)
+            if not call % 2:
+                dbqueue_seconds += enqueue_many_with_dbqueue(app, engine, start, end, chunk)
     finally:
         bare.close()
     return bare_seconds, dbqueue_seconds

@@ -179,7 +179,7 @@ def plain_rows(context: RuntimeContext, items: Sequence[Mapping[str, Any]]) -> l
     the general path, which validates and explains."""
     flat: list[Any] = []
     extend = flat.extend
-    encode, hash_of = payload_codec.encode, payload_codec.payload_hash
+    encode_and_hash = payload_codec.encode_and_hash
     limit = context.max_payload_bytes
     defaults: dict[str, tuple[str, int, int]] = {}
     for item in items:
@@ -188,8 +188,8 @@ def plain_rows(context: RuntimeContext, items: Sequence[Mapping[str, Any]]) -> l
         found = defaults.get(task)
         if found is None:
             found = defaults[task] = _plain_defaults(context, task)
-        text = encode(item.get("payload"), limit)
-        extend((task, found[0], text, hash_of(text), found[1], found[2]))
+        text, digest = encode_and_hash(item.get("payload"), limit)
+        extend((task, found[0], text, digest, found[1], found[2]))
     return flat
 
 

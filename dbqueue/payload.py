@@ -126,6 +126,27 @@ def payload_hash(encoded: str) -> str:
     return digest.hexdigest()
 
 
+def encode_and_hash(payload: Any, max_bytes: int | None) -> tuple[EncodedPayload, str]:
+    """``encode(payload, max_bytes)`` and its ``payload_hash``, the same pair. A flat dict
+    (``canonical_text``'s first case) is hashed from orjson's own output, which is the text's
+    UTF-8, and sized by it: no second encoding, a fifth of a bulk enqueue's row making."""
+    if _DUMPS is not None and type(payload) is dict:
+        try:
+            out = _DUMPS(payload, option=_ORJSON_OPTIONS)
+        except TypeError:  # orjson.JSONEncodeError: encode() below explains it
+            out = None
+        if (
+            out is not None
+            and _FLAT.issuperset(map(type, payload.values()))
+            and (max_bytes is None or len(out) <= max_bytes)
+        ):
+            digest = _SHA256.copy()
+            digest.update(out)
+            return EncodedPayload(out.decode()), digest.hexdigest()
+    text = encode(payload, max_bytes)
+    return text, payload_hash(text)
+
+
 def decode(value: Any) -> Any:
     """Stored JSON text to Python; a malformed value becomes a MalformedPayload, never an error."""
     if value is None or not isinstance(value, (str, bytes)):

@@ -224,3 +224,25 @@ def test_flat_rows_bind_exactly_what_rows_of_dicts_bind(dialect_name):
     if isinstance(expected, tuple):  # positional: a tuple, or the flat list itself
         found = tuple(found)
     assert found == expected
+
+
+@pytest.mark.parametrize("dialect_name", ["sqlite", "postgresql", "mysql"])
+def test_payloads_reach_the_driver_as_exact_str(dialect_name):
+    """The payload column's bind processor hands the driver an exact ``str``, never the
+    ``EncodedPayload`` subclass (sqlite3 looks an adapter up for a subclass, psycopg2 walks its
+    MRO), with the same text; a payload not yet encoded is encoded."""
+    from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+    from dbqueue.payload import EncodedPayload
+    from dbqueue.sqltypes import JsonText, NativeJson
+
+    dialect = {"sqlite": sqlite, "postgresql": postgresql, "mysql": mysql}[dialect_name].dialect()
+    for column_type in (JsonText(), NativeJson("JSONB")):
+        process = column_type.bind_processor(dialect)
+        for given, text in (
+            (EncodedPayload('{"a":1}'), '{"a":1}'),
+            ({"b": 2, "a": 1}, '{"a":1,"b":2}'),
+        ):
+            bound = process(given)
+            assert type(bound) is str and bound == text
+        assert process(None) is None

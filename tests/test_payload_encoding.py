@@ -223,3 +223,35 @@ def test_common_payloads_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(payload_codec, "_CANONICAL", Unavailable())
     for value in ({"n": 1}, {"order": 42, "name": "Zoë", "tags": ["a", "b"]}, [1, None, True], 2.5):
         assert payload_codec.canonical_text(value) == reference(value)[0]
+
+
+def _encoded_and_hashed(value: Any, max_bytes: int | None) -> tuple[Any, ...] | str:
+    try:
+        text, digest = payload_codec.encode_and_hash(value, max_bytes)
+    except PayloadError as exc:
+        return str(exc)
+    return type(text), str(text), digest
+
+
+def _expected(value: Any, max_bytes: int | None) -> tuple[Any, ...] | str:
+    try:
+        text = payload_codec.encode(value, max_bytes)
+    except PayloadError as exc:
+        return str(exc)
+    return type(text), str(text), payload_codec.payload_hash(text)
+
+
+def test_encode_and_hash_is_encode_then_hash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bulk enqueue's one-step encoding (which hashes orjson's bytes) stores the text and
+    hash, or raises the error, that ``encode`` then ``payload_hash`` give: flat dicts (its own
+    path, with non-ASCII text and at the size limit) and anything else (the general path)."""
+    rng = random.Random(29)
+    flat = [{"n": i, "s": "Zoë 日本 \U0001f600", "ok": True, "none": None} for i in range(50)]
+    values = flat + [_value(rng) for _ in range(1000)] + [{"f": 1.5e-5}, {1: 2}, {"x": {1, 2}}]
+    size = len(payload_codec.encode(flat[0]).encode())
+    for limit in (None, size, size - 1):  # the limit counts UTF-8 bytes, not code points
+        assert [_encoded_and_hashed(v, limit) for v in values] == [
+            _expected(v, limit) for v in values
+        ]
+    monkeypatch.setattr(payload_codec, "_DUMPS", None)
+    assert [_encoded_and_hashed(v, None) for v in flat] == [_expected(v, None) for v in flat]
