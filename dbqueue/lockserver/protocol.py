@@ -31,6 +31,11 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
+try:  # the `fast` extra: a lock request's frame in a tenth of json's time, on both ends
+    import orjson
+except ImportError:  # pragma: no cover - exercised by forcing the fallback in the tests
+    orjson = None  # type: ignore[assignment]
+
 PROTOCOL = "dbqueue-lockserver"
 VERSION = 1
 #: A request names at most MAX_NAMES locks of at most MAX_NAME_CHARS each: 64 KiB is ample, and
@@ -50,8 +55,25 @@ class ProtocolError(Exception):
     """A peer sent something that is not a valid frame of this protocol."""
 
 
+def _dumps(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def _loads(body: bytes) -> Any:
+    return json.loads(body)
+
+
+#: Either end may have orjson or not: both write plain JSON (orjson leaves non-ASCII unescaped,
+#: which json reads the same), and both raise ValueError on what is not JSON or not UTF-8.
+_DUMPS: Any = orjson.dumps if orjson is not None else _dumps
+_LOADS: Any = orjson.loads if orjson is not None else _loads
+
+
 def encode(message: dict[str, Any]) -> bytes:
-    body = json.dumps(message, separators=(",", ":")).encode()
+    try:
+        body = _DUMPS(message)
+    except TypeError as exc:  # orjson's JSONEncodeError, json's own: a bug, said plainly
+        raise ProtocolError(f"message cannot be written as JSON: {exc}") from None
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(f"message of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
     return HEADER.pack(len(body)) + body
@@ -81,7 +103,7 @@ def take_frames(buffer: bytearray) -> Iterator[dict[str, Any]]:
 
 def decode(body: bytes) -> dict[str, Any]:
     try:
-        message = json.loads(body)
+        message = _LOADS(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"message is not JSON: {exc}") from None
     if not isinstance(message, dict):

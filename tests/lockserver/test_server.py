@@ -129,6 +129,7 @@ def test_a_bad_request_gets_an_error_and_the_connection_goes_on(server):
         pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", id="http-request"),
         pytest.param(struct.pack("!I", 8) + b"not json", id="not-json"),
         pytest.param(struct.pack("!I", 2) + b"[]", id="not-an-object"),
+        pytest.param(struct.pack("!I", 4) + b'"\xff"', id="not-utf8"),
         pytest.param(protocol.encode({"no": "op"}), id="no-op"),
         pytest.param(protocol.encode({"op": "acquire", "id": 1, "names": ["x"]}), id="no-hello"),
     ],
