@@ -224,7 +224,7 @@ def enqueue_many_interleaved(
     turn (as the one-per-transaction enqueues alternate): the seconds of each. Both get their
     input ready-made (the bare INSERT its encoded rows, dbqueue the job dicts); each call is one
     transaction of ``chunk`` jobs. Which of the two goes first swaps every call: on SQLite the
-    second writer of a pair pays more (its commit took 7-8 µs a job against the first's 4-5,
+    second writer of a pair pays more (its commit took 7-11 µs a job against the first's 4-6,
     whichever it was), so a fixed order measured the order, not the code."""
     bare_seconds = dbqueue_seconds = 0.0
     bare = ceiling._connect(url)
