@@ -65,20 +65,24 @@ def canonical_text(payload: Any) -> str:
     - values json refuses but orjson writes (NaN and infinity as null, UUIDs, enums) do not
       read back equal to the payload: they go to json, which refuses them.
     """
-    if _DUMPS is not None:
-        try:
-            out = _DUMPS(payload, option=_ORJSON_OPTIONS)
-        except TypeError:  # orjson.JSONEncodeError
-            pass
-        else:
-            if (type(payload) is dict and _FLAT.issuperset(map(type, payload.values()))) or (
-                b"e-" not in out
-                and b"e+" not in out
-                and b"0.0000" not in out
-                and _LOADS(out) == payload
-            ):
-                return out.decode()
-    return _CANONICAL.encode(payload)
+    out = _orjson_canonical(payload)
+    return out.decode() if out is not None else _CANONICAL.encode(payload)
+
+
+def _orjson_canonical(payload: Any) -> bytes | None:
+    """orjson's UTF-8 output for ``payload`` where it is provably the canonical text
+    (``canonical_text`` says when), else None."""
+    if _DUMPS is None:
+        return None
+    try:
+        out: bytes = _DUMPS(payload, option=_ORJSON_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError
+        return None
+    if (type(payload) is dict and _FLAT.issuperset(map(type, payload.values()))) or (
+        b"e-" not in out and b"e+" not in out and b"0.0000" not in out and _LOADS(out) == payload
+    ):
+        return out
+    return None
 
 
 def encode(payload: Any, max_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES) -> EncodedPayload:
@@ -127,19 +131,13 @@ def payload_hash(encoded: str) -> str:
 
 
 def encode_and_hash(payload: Any, max_bytes: int | None) -> tuple[EncodedPayload, str]:
-    """``encode(payload, max_bytes)`` and its ``payload_hash``, the same pair. A flat dict
-    (``canonical_text``'s first case) is hashed from orjson's own output, which is the text's
-    UTF-8, and sized by it: no second encoding, a fifth of a bulk enqueue's row making."""
-    if _DUMPS is not None and type(payload) is dict:
-        try:
-            out = _DUMPS(payload, option=_ORJSON_OPTIONS)
-        except TypeError:  # orjson.JSONEncodeError: encode() below explains it
-            out = None
-        if (
-            out is not None
-            and _FLAT.issuperset(map(type, payload.values()))
-            and (max_bytes is None or len(out) <= max_bytes)
-        ):
+    """``encode(payload, max_bytes)`` and its ``payload_hash``, the same pair. Where orjson's
+    output is the canonical text, it is hashed and sized as it is (the text's UTF-8): no second
+    encoding, a fifth of a bulk enqueue's row making. The rest (json's text, a payload over the
+    limit, an error) goes through ``encode``."""
+    if not isinstance(payload, EncodedPayload):
+        out = _orjson_canonical(payload)
+        if out is not None and (max_bytes is None or len(out) <= max_bytes):
             digest = _SHA256.copy()
             digest.update(out)
             return EncodedPayload(out.decode()), digest.hexdigest()

@@ -243,15 +243,17 @@ def _expected(value: Any, max_bytes: int | None) -> tuple[Any, ...] | str:
 
 def test_encode_and_hash_is_encode_then_hash(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bulk enqueue's one-step encoding (which hashes orjson's bytes) stores the text and
-    hash, or raises the error, that ``encode`` then ``payload_hash`` give: flat dicts (its own
-    path, with non-ASCII text and at the size limit) and anything else (the general path)."""
+    hash, or raises the error, that ``encode`` then ``payload_hash`` give: flat dicts (with
+    non-ASCII text and at the size limit), nested and random payloads, what orjson writes
+    differently or refuses, and text already encoded; with orjson and without it."""
     rng = random.Random(29)
     flat = [{"n": i, "s": "Zoë 日本 \U0001f600", "ok": True, "none": None} for i in range(50)]
     values = flat + [_value(rng) for _ in range(1000)] + [{"f": 1.5e-5}, {1: 2}, {"x": {1, 2}}]
+    values.append(payload_codec.EncodedPayload('"already encoded"'))  # passed through, as encode
     size = len(payload_codec.encode(flat[0]).encode())
     for limit in (None, size, size - 1):  # the limit counts UTF-8 bytes, not code points
         assert [_encoded_and_hashed(v, limit) for v in values] == [
             _expected(v, limit) for v in values
         ]
     monkeypatch.setattr(payload_codec, "_DUMPS", None)
-    assert [_encoded_and_hashed(v, None) for v in flat] == [_expected(v, None) for v in flat]
+    assert [_encoded_and_hashed(v, None) for v in values] == [_expected(v, None) for v in values]
