@@ -51,11 +51,6 @@ REVIEWED = {
         "PRAGMA takes no parameters; the value is an int constant"
     ),
     ("dialects/sqlite.py", 'cursor.execute("PRAGMA journal_mode = WAL")'): "constant",
-    ("dialects/sqlite.py", 'dbapi.execute("PRAGMA synchronous = NORMAL")'): (
-        "constant; no Core construct for a PRAGMA"
-    ),
-    ("dialects/sqlite.py", 'dbapi_connection.execute("PRAGMA journal_mode")'): "constant",
-    ("dialects/sqlite.py", 'dbapi_connection.execute("PRAGMA synchronous")'): "constant",
     ("dialects/singlestore.py", 'cursor.execute("SELECT @@memsql_version")'): (
         "constant: no Core construct for a system variable"
     ),

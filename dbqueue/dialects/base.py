@@ -194,13 +194,6 @@ class Dialect(abc.ABC):
         later in the same log, makes durable anyway."""
         return None
 
-    def unflushed_commits(self, conn: Connection) -> contextlib.AbstractContextManager[Any]:
-        """Around a transaction (begun inside): ``commit_unflushed`` where that is a setting
-        of the connection which only changes between transactions (SQLite's ``synchronous``);
-        nothing elsewhere. The same rule: only for a commit whose loss in a crash loses
-        nothing."""
-        return contextlib.nullcontext()
-
     # ---- ending another thread's connection (a handler stuck past its timeout) --------------
     def end_connection(self, engine: Engine, dbapi_connection: Any) -> bool:
         """End a connection another thread holds, from outside: its transaction rolls back and

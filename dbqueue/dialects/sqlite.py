@@ -10,10 +10,9 @@ All processes must share one host (WAL needs shared memory).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -29,11 +28,6 @@ _CLOCK_FORMAT = "%Y-%m-%d %H:%M:%f"  # UTC, the layout SQLAlchemy stores datetim
 BUSY_TIMEOUT_MS = 30_000
 #: The file beside the database that holds cancel requests (``side_database_url``).
 SIDE_FILE_SUFFIX = "-dbqueue-cancels"
-#: Where a connection's record keeps its ``synchronous`` level to come back to (0: none, its
-#: commits already return unflushed, or it is not in WAL mode), read once.
-_SYNCHRONOUS = "dbqueue_synchronous"
-#: The levels above NORMAL, and the statement that restores each.
-_RESTORE_SYNCHRONOUS = {2: "PRAGMA synchronous = FULL", 3: "PRAGMA synchronous = EXTRA"}
 
 
 class LenientDateTime(sqlite.DATETIME):
@@ -154,29 +148,6 @@ class SQLiteDialect(Dialect):
                 # a maintenance tick skipped) like the same error from a statement.
                 raise sa.exc.DBAPIError.instance(begin, None, exc, sqlite3.Error) from exc
 
-    @contextlib.contextmanager
-    def unflushed_commits(self, conn: Connection) -> Iterator[None]:
-        # synchronous=NORMAL for the block, then back (SQLite refuses the change inside a
-        # transaction). In WAL mode a NORMAL commit is appended to the log without a sync; the
-        # next FULL commit's sync covers it too, the log being written in order.
-        record = conn.connection
-        level = record.info.get(_SYNCHRONOUS)
-        if level is None:
-            level = record.info[_SYNCHRONOUS] = _synchronous_to_restore(record.dbapi_connection)
-        if not level or conn.in_transaction():
-            yield
-            return
-        dbapi = record.dbapi_connection
-        dbapi.execute("PRAGMA synchronous = NORMAL")
-        try:
-            yield
-        finally:
-            try:
-                dbapi.execute(_RESTORE_SYNCHRONOUS[level])
-            except Exception:
-                conn.invalidate()  # never left to commit unflushed what must be durable
-                raise
-
     def end_connection(self, engine: Engine, dbapi_connection: Any) -> bool:
         # The stuck thread holds SQLite's write lock (BEGIN IMMEDIATE) until its connection
         # rolls back: interrupt whatever statement runs, then close the connection, which rolls
@@ -204,11 +175,3 @@ class SQLiteDialect(Dialect):
 
 def _ids_up_to(last: Any, count: int) -> range:
     return range(int(last) - count + 1, int(last) + 1)
-
-
-def _synchronous_to_restore(dbapi_connection: Any) -> int:
-    """The connection's ``synchronous`` level where ``unflushed_commits`` lowers it: in WAL
-    mode (where NORMAL keeps the log in order) and above NORMAL; else 0."""
-    mode = dbapi_connection.execute("PRAGMA journal_mode").fetchone()[0]
-    level = dbapi_connection.execute("PRAGMA synchronous").fetchone()[0]
-    return level if str(mode).lower() == "wal" and level in _RESTORE_SYNCHRONOUS else 0

@@ -22,7 +22,7 @@ def resolve(name: str | None, dialect: Dialect | type[Dialect]) -> type[ClaimStr
     """The strategy called ``name``, else the database's own."""
     name = name or dialect.default_strategy
     try:
-        return STRATEGIES[name]
+        return STRATEGIES[name].for_dialect(dialect)
     except KeyError:
         available = ", ".join(sorted(STRATEGIES))
         raise ConfigurationError(

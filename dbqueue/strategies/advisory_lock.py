@@ -14,13 +14,13 @@ import contextlib
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
 from ..config import Settings
-from ..dialects import WRITE_INTENT, Dialect
+from ..dialects import Dialect
 from ..errors import StrategyNotSupportedError
 from ..job import Job
 from ..locks import DatabaseLocks, LockBackend, job_lock_name, job_lock_prefix, slot_lock_name
@@ -105,13 +105,8 @@ class LockClaimStrategy(ClaimStrategy):
                 if taken is None:
                     return None
                 slot, keep, names, jobs = taken
-                if jobs is None and not self._outside_write_lock:
+                if jobs is None:
                     jobs = self._mark(conn, engine, queue, keep, worker_id, slot)
-            if jobs is None:  # locked outside the write lock: marked in a write transaction
-                jobs = []
-                if keep:
-                    with self.dialect.unflushed_commits(conn), conn.begin():
-                        jobs = self._mark(conn, engine, queue, keep, worker_id, slot)
         except BaseException:
             # The claim failed — possibly after its COMMIT reached the database: let go of the
             # locks, so that rescue can retry whatever was marked running. (Database locks go
@@ -128,22 +123,11 @@ class LockClaimStrategy(ClaimStrategy):
         self.locks.release(conn, gone)
         return jobs
 
-    @property
-    def _outside_write_lock(self) -> bool:
-        """Whether the locks are taken before the claim's write transaction begins: on a
-        single-writer database (SQLite) with locks held elsewhere (the lock server), so that
-        the write lock is not held across their round trips. The UPDATE's ``status =
-        'available'`` still makes the claim exclusive: locks first, mark second, as anywhere."""
-        return self.dialect.single_writer and not self.locks.releases_in_transaction
-
     def _locking(self, conn: Connection, alone: bool) -> contextlib.AbstractContextManager[Any]:
         """The transaction the locks are taken in: the claim's own — each statement committing
         on its own where the driver can, when there is no slot to record (``alone``): the
         statements need no common transaction, as the locks outlive commits and the mark is a
-        compare-and-set, and the mark's commit stays unflushed (``claim_ids``) — or, outside
-        the write lock, a read transaction (deferred: it takes no write lock)."""
-        if self._outside_write_lock:
-            return _read_transaction(conn)
+        compare-and-set, and the mark's commit stays unflushed (``claim_ids``)."""
         if alone:
             return self.dialect.one_statement_transaction(conn)
         return conn.begin()
@@ -406,16 +390,3 @@ class AdvisoryLockStrategy(LockClaimStrategy):
                 f"{dialect.named_locks_unsupported_reason()}; use --strategy "
                 f"{dialect.default_strategy}"
             )
-
-
-@contextlib.contextmanager
-def _read_transaction(conn: Connection) -> Iterator[None]:
-    """A transaction that only reads, on a connection whose transactions otherwise begin as
-    writers (``WRITE_INTENT``)."""
-    intent = conn.get_execution_options().get(WRITE_INTENT)
-    conn.execution_options(**{WRITE_INTENT: False})
-    try:
-        with conn.begin():
-            yield
-    finally:
-        conn.execution_options(**{WRITE_INTENT: intent})

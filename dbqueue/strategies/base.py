@@ -35,6 +35,12 @@ class ClaimStrategy(abc.ABC):
         self.settings = settings or Settings()
 
     @classmethod
+    def for_dialect(cls, dialect: Dialect | type[Dialect]) -> type[ClaimStrategy]:
+        """The class that makes this strategy's claims on ``dialect``'s database (a strategy may
+        claim differently where the database itself already serialises writers)."""
+        return cls
+
+    @classmethod
     @abc.abstractmethod
     def check_supported(cls, dialect: Dialect) -> None:
         """Raise StrategyNotSupportedError, with the reason, if ``dialect`` cannot do this."""

@@ -12,6 +12,13 @@ worker therefore fences every outcome: the UPDATE that records it also requires 
 while the connection that took it is up, a question to the server after a reconnect
 (``LockServerLocks.ask_holding``); only then does the transaction commit (see
 ``worker/executor.py``).
+
+On a database that admits one writer at a time (SQLite) the claim is the database's own
+(``SingleWriterLockServerStrategy``): the batch transaction holds the write lock from its claim
+to its outcome's commit, which makes the claim exclusive by itself, and a crashed worker's claim
+rolls back with its transaction. A lock per job on the server would add two round trips and a
+second commit to every batch, and keep nothing safer. The server still pushes wake-ups, carries
+enqueue hints and ``app.call``'s finishes, and holds the maintenance routines' locks.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ from ..lockserver.notifier import LockServerNotifier
 from ..schema import TableNames
 from ..wakeup import Notifier
 from .advisory_lock import LockClaimStrategy
+from .base import ClaimStrategy
 from .listed import ListedCandidates
+from .sqlite import SQLiteStrategy
 
 if TYPE_CHECKING:
     from ..engine import QueueEngine
@@ -40,26 +49,24 @@ if TYPE_CHECKING:
 LISTED_TRIES = 3
 
 
-class LockServerStrategy(LockClaimStrategy):
-    name = "lock_server"
-    claims_through_lock_server = True
+class ServerLink:
+    """A strategy's connections to ``dbqueue server``: the one its locks are taken on, opened
+    (and waited for) at once, and the notifier's, opened when asked."""
 
-    def __init__(self, dialect: Dialect, settings: Settings | None = None) -> None:
-        settings = settings or Settings()
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         self.timeout = lockserver.message_timeout(settings)
         self.address = lockserver.lock_address(settings)
         self.notify_address = lockserver.notify_address(settings)
         self._clients: list[clients.LockServerClient] = []
-        client = self._connect(self.address, settings)
-        super().__init__(dialect, LockServerLocks(client), settings)
-        self.listed = ListedCandidates()
+        self.client = self.connect(self.address)
         try:
             # At start-up a server that cannot be reached, or refuses this client (wrong token,
             # other protocol version), is a configuration error, reported at once; a server
             # lost later is reconnected to, and claims wait for it.
-            if not client.wait_connected(self.timeout):
+            if not self.client.wait_connected(self.timeout):
                 raise clients.LockServerUnavailableError(
-                    f"cannot reach the lock server at {self.address}: {client.last_error} "
+                    f"cannot reach the lock server at {self.address}: {self.client.last_error} "
                     "(start `dbqueue server`, or fix --server / DBQUEUE_LOCK_SERVER / "
                     "SERVER_HOST and LOCK_SERVICE_PORT)"
                 )
@@ -67,9 +74,37 @@ class LockServerStrategy(LockClaimStrategy):
             self.close()
             raise
 
+    def connect(self, address: lockserver.Address) -> clients.LockServerClient:
+        client = clients.connect(
+            address, token=self.settings.lock_server_token, timeout=self.timeout
+        )
+        self._clients.append(client)
+        return client
+
+    def notifier(self) -> Notifier:
+        return LockServerNotifier(self.connect(self.notify_address))
+
+    def close(self) -> None:
+        while self._clients:
+            clients.disconnect(self._clients.pop())
+
+
+class LockServerStrategy(LockClaimStrategy):
+    name = "lock_server"
+    claims_through_lock_server = True
+
+    def __init__(self, dialect: Dialect, settings: Settings | None = None) -> None:
+        self.link = ServerLink(settings or Settings())
+        super().__init__(dialect, LockServerLocks(self.link.client), settings)
+        self.listed = ListedCandidates()
+
     @classmethod
     def check_supported(cls, dialect: Dialect) -> None:
         """Every database: the server holds the locks, the database only the jobs."""
+
+    @classmethod
+    def for_dialect(cls, dialect: Dialect | type[Dialect]) -> type[ClaimStrategy]:
+        return SingleWriterLockServerStrategy if dialect.single_writer else cls
 
     def claim(
         self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
@@ -105,10 +140,7 @@ class LockServerStrategy(LockClaimStrategy):
         try:
             locked = self._try_group(conn, ids, names, held)
             if locked:  # one UPDATE, committing on its own where the driver can, unflushed
-                with (
-                    self.dialect.unflushed_commits(conn),
-                    self.dialect.one_statement_transaction(conn),
-                ):
+                with self.dialect.one_statement_transaction(conn):
                     jobs = engine.claim_ids(conn, locked, worker_id, unflushed=True)
         except BaseException:
             self._let_go(conn, held)  # as in LockClaimStrategy._claim
@@ -120,15 +152,35 @@ class LockServerStrategy(LockClaimStrategy):
         return jobs
 
     def notifier(self, engine: Engine, names: TableNames) -> Notifier:
-        return LockServerNotifier(self._connect(self.notify_address, self.settings))
+        return self.link.notifier()
 
     def close(self) -> None:
         if isinstance(self.locks, LockServerLocks):
             self.locks.close()
-        while self._clients:
-            clients.disconnect(self._clients.pop())
+        self.link.close()
 
-    def _connect(self, address: lockserver.Address, settings: Settings) -> clients.LockServerClient:
-        client = clients.connect(address, token=settings.lock_server_token, timeout=self.timeout)
-        self._clients.append(client)
-        return client
+
+class SingleWriterLockServerStrategy(SQLiteStrategy):
+    """``lock_server`` on a database that admits one writer at a time: claims in the batch
+    transaction, under the write lock (see the module's docstring); the server for the rest."""
+
+    name = "lock_server"
+    claims_through_lock_server = True
+
+    def __init__(self, dialect: Dialect, settings: Settings | None = None) -> None:
+        super().__init__(dialect, settings)
+        self.link = ServerLink(self.settings)
+        self.locks = LockServerLocks(self.link.client)
+
+    @property
+    def liveness_locks(self) -> LockServerLocks:
+        """The maintenance routines' locks; and a ``running`` job left by a lock_server worker
+        that committed its claim (an older dbqueue) is rescued once its lock is free."""
+        return self.locks
+
+    def notifier(self, engine: Engine, names: TableNames) -> Notifier:
+        return self.link.notifier()
+
+    def close(self) -> None:
+        self.locks.close()
+        self.link.close()

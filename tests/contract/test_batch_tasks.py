@@ -21,7 +21,6 @@ from support.waiting import wait_for
 import dbqueue
 
 TESTS = Path(__file__).resolve().parents[1]
-LOCK_BASED = {"advisory_lock", "lock_server"}
 
 
 def test_a_mapping_fails_only_the_jobs_it_names_and_the_others_commit_with_the_writes(backend):
@@ -135,7 +134,7 @@ def test_a_killed_workers_batch_runs_again_once_and_a_stopped_one_finishes(backe
         survivor.send_signal(signal.SIGTERM)  # mid-batch: it finishes the batch, then exits
         (tmp_path / "release").touch()
         assert survivor.wait(timeout=60) == 0, log.read_text()[-3000:]
-        if backend.strategy in LOCK_BASED:  # the killed claim is committed: rescue frees it
+        if backend.commits_claims:  # the killed claim is committed: rescue frees it
 
             def rescued() -> bool:
                 app.run_maintenance("rescue", strategy=backend.strategy)
@@ -162,4 +161,4 @@ def test_a_killed_workers_batch_runs_again_once_and_a_stopped_one_finishes(backe
     assert survivor.pid in pids  # the stopped worker committed the batch it had started
     killed_ids = [int(i) for i in (tmp_path / f"started-{killed.pid}").read_text().split(",")]
     retried = {jobs[i]["attempt"] for i in killed_ids}
-    assert retried == ({2} if backend.strategy in LOCK_BASED else {1})
+    assert retried == ({2} if backend.commits_claims else {1})

@@ -17,9 +17,7 @@ from dbqueue.locks import job_lock_name
 from dbqueue.worker.claimed import claim_and_run
 from dbqueue.worker.executor import BatchExecutor
 
-LOCK_BACKENDS = sorted(
-    key for key, spec in BACKENDS.items() if spec.strategy in ("advisory_lock", "lock_server")
-)
+LOCK_BACKENDS = sorted(key for key, spec in BACKENDS.items() if spec.commits_claims)
 #: Database locks: their claims name the jobs' locks in SQL (a lock server's are named in its
 #: messages, by ``job_lock_name``, so there is no second naming to keep equal).
 DATABASE_LOCK_BACKENDS = sorted(

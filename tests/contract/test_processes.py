@@ -78,9 +78,6 @@ def test_four_processes_drain_1000_jobs_exactly_once(backend, tmp_path, kind):
     assert "Traceback" not in log.read_text()
 
 
-LOCK_BASED = {"advisory_lock", "lock_server"}
-
-
 @KINDS
 def test_sigkill_mid_job_loses_nothing_and_keeps_no_partial_writes(backend, tmp_path, kind):
     app = backend.app()
@@ -98,7 +95,7 @@ def test_sigkill_mid_job_loses_nothing_and_keeps_no_partial_writes(backend, tmp_
             victim.kill()
     assert effect_rows(backend) == []  # the killed attempt's write never appears
 
-    if backend.strategy in LOCK_BASED:
+    if backend.commits_claims:
         # The claim was committed: the job shows as running until rescue finds its lock free.
         assert app.get_job(job_id)["status"] == "running"
         result = app.run_maintenance("rescue", strategy=backend.strategy)
@@ -111,7 +108,7 @@ def test_sigkill_mid_job_loses_nothing_and_keeps_no_partial_writes(backend, tmp_
     assert rescuer.wait(timeout=60) == 0, log.read_text()[-3000:]
     job = app.get_job(job_id)
     assert job["status"] == "succeeded"
-    assert job["attempt"] == (2 if backend.strategy in LOCK_BASED else 1)
+    assert job["attempt"] == (2 if backend.commits_claims else 1)
     rows = effect_rows(backend)
     assert rows == [(job_id, f"attempt {job['attempt']}", rescuer.pid)]
     assert int(started.read_text()) == victim.pid
@@ -126,7 +123,7 @@ def test_rescue_leaves_jobs_of_live_workers_alone(backend, tmp_path):
     try:
         wait_for(started.exists, 30, "the handler to start")
         result = app.run_maintenance("rescue", strategy=backend.strategy)
-        if backend.strategy in LOCK_BASED and backend.database != "sqlite":
+        if backend.commits_claims:
             assert result == "1 running job(s), all held by live workers", result
         else:
             # In-transaction claims commit no 'running'. On SQLite the job's transaction holds

@@ -27,7 +27,6 @@ import dbqueue
 pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).resolve().parents[1]
-LOCK_BASED = {"advisory_lock", "lock_server"}
 #: Worker processes per pair (two threads each), as the issue asks: four on every pair.
 PROCESSES = 4
 
@@ -106,7 +105,7 @@ def test_limits_of_1_and_3_hold_across_processes_and_a_killed_holder(backend, tm
         assert killed.wait(timeout=10) == -signal.SIGKILL
         release.touch()  # the killed job's next attempt runs through
         victim = next(j["id"] for j in backend.jobs() if j["priority"] == 1)
-        if backend.strategy in LOCK_BASED:
+        if backend.commits_claims:
             # Its slot's lock died with the worker at once; the job waits for rescue (with
             # whatever job the killed worker's other thread was running).
             assert app.get_job(victim)["status"] == "running"
@@ -134,8 +133,8 @@ def test_limits_of_1_and_3_hold_across_processes_and_a_killed_holder(backend, tm
     # A committed claim counts the killed attempt (the killed worker's other thread may have
     # been running a job too); an in-transaction one rolled it back.
     attempts = {j["id"]: j["attempt"] for j in jobs}
-    assert attempts.pop(victim) == (2 if backend.strategy in LOCK_BASED else 1)
-    assert set(attempts.values()) <= ({1, 2} if backend.strategy in LOCK_BASED else {1})
+    assert attempts.pop(victim) == (2 if backend.commits_claims else 1)
+    assert set(attempts.values()) <= ({1, 2} if backend.commits_claims else {1})
     assert [r[0] for r in effect_rows(backend)] == [j["id"] for j in jobs]  # each run once
 
     runs = runs_by_queue(backend)
@@ -150,7 +149,7 @@ def test_limits_of_1_and_3_hold_across_processes_and_a_killed_holder(backend, tm
 
     slots = {(s["queue"], s["slot"]): s for s in slot_rows(backend)}
     assert sorted(slots) == [("exclusive", 0), ("three", 0), ("three", 1), ("three", 2)]
-    if backend.strategy in LOCK_BASED:  # the holder of a named-lock slot is written down
+    if backend.commits_claims:  # the holder of a named-lock slot is written down
         queue_of = {j["id"]: j["queue"] for j in jobs}
         # (on SQLite one job runs at a time: a slot of three may never be needed)
         taken = {key: s for key, s in slots.items() if s["job_id"] is not None}

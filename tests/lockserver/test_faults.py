@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.backends import effect_rows
+from support.backends import BACKENDS, effect_rows
 from support.lockserver import RawClient, ServerProcess, start_server
 from support.waiting import wait_for
 
@@ -30,10 +30,10 @@ LOCK_SERVER_BACKENDS = [
     "sqlite-lock_server",
     "singlestore-lock_server",
 ]
-#: Row-lock databases, where a rescue can run while the job's transaction is still open. On
-#: SQLite that transaction holds the database's only write lock: no other worker can write
-#: anything — a rescue included — until it ends, so the takeover below cannot even begin.
-ROW_LOCK_BACKENDS = [b for b in LOCK_SERVER_BACKENDS if not b.startswith("sqlite")]
+#: Where a claim takes a lock per job on the server and commits ``running``: not SQLite, whose
+#: batch transaction holds the database's one write lock from the claim to the outcome, which
+#: is the claim (a killed worker's claim rolls back with it: ``test_processes.py``).
+JOB_LOCK_BACKENDS = [b for b in LOCK_SERVER_BACKENDS if BACKENDS[b].commits_claims]
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +105,7 @@ def own_server(backend, tmp_path):
         server.stop()
 
 
-@pytest.mark.parametrize("backend", LOCK_SERVER_BACKENDS, indirect=True)
+@pytest.mark.parametrize("backend", JOB_LOCK_BACKENDS, indirect=True)
 def test_a_worker_killed_holding_a_lock_frees_it_at_once_and_the_job_is_retried(
     backend, own_server, tmp_path
 ):
@@ -200,7 +200,7 @@ def test_the_server_killed_and_restarted_mid_run_loses_nothing_and_runs_nothing_
         assert f"attempt {job['attempt']}" in {r[1] for r in rows if r[0] == job["id"]}
 
 
-@pytest.mark.parametrize("backend", ROW_LOCK_BACKENDS, indirect=True)
+@pytest.mark.parametrize("backend", JOB_LOCK_BACKENDS, indirect=True)
 def test_a_worker_that_lost_its_lock_never_commits_the_job_another_took_over(
     backend, own_server, tmp_path
 ):
@@ -251,7 +251,7 @@ def test_a_worker_that_lost_its_lock_never_commits_the_job_another_took_over(
     assert effect_rows(backend) == [(job_id, "attempt 2", x.pid)]
 
 
-@pytest.mark.parametrize("backend", LOCK_SERVER_BACKENDS, indirect=True)
+@pytest.mark.parametrize("backend", JOB_LOCK_BACKENDS, indirect=True)
 def test_after_a_server_restart_a_worker_takes_its_locks_back_and_finishes(
     backend, own_server, tmp_path
 ):

@@ -1,17 +1,17 @@
 """Ids listed once for several claims (``strategies/listed.py``): the list's own rules, then the
-lock_server claim that uses it, against a real ``dbqueue server`` and SQLite: how often it lists,
-and that a stale list never makes a claim come back empty while jobs wait."""
+lock_server claim that uses it, against a real ``dbqueue server`` on each database where that
+claim takes a lock per job (on SQLite the write lock is the claim): how often it lists, and that
+a stale list never makes a claim come back empty while jobs wait."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from support.lockserver import start_server
+from support.backends import BACKENDS
 
 import dbqueue
 from dbqueue.job import Status
@@ -67,20 +67,24 @@ def test_a_list_is_listed_again_once_too_old_or_forgotten() -> None:
     assert lister.calls == 4
 
 
+#: The lock_server pairs whose claim lists candidates and locks them on the server.
+LISTING_BACKENDS = [
+    key for key, spec in BACKENDS.items() if spec.strategy == "lock_server" and spec.commits_claims
+]
+
+
 @pytest.fixture
-def claiming(tmp_path: Path) -> Iterator[tuple[dbqueue.App, Any, Any, list[str]]]:
-    """An App on SQLite with a lock server, its lock_server strategy, a connection, and the
-    candidate listings it sends (SQL text)."""
-    url = f"sqlite:///{tmp_path / 'queue.db'}"
-    dbqueue.App(url).migrate()
-    server = start_server(url, "dbqueue_", tmp_path / "server.log")
-    app = dbqueue.App(url, lock_server=server.address)
+def claiming(backend: Any) -> Iterator[tuple[dbqueue.App, Any, Any, list[str]]]:
+    """An App with a lock server, its lock_server strategy, a connection, and the candidate
+    listings it sends (SQL text)."""
+    app = backend.app()
     context = app.context.reconfigured(strategy="lock_server")
     engine = context.create_engine()
     listings: list[str] = []
+    listing = f"SELECT {app.names.jobs}.ID FROM".upper()
 
     def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if " ".join(statement.split()).upper().startswith("SELECT DBQUEUE_JOBS.ID FROM"):
+        if " ".join(statement.split()).upper().startswith(listing):
             listings.append(statement)
 
     sa.event.listen(engine, "before_cursor_execute", note)
@@ -91,9 +95,9 @@ def claiming(tmp_path: Path) -> Iterator[tuple[dbqueue.App, Any, Any, list[str]]
         finally:
             strategy.close()
             engine.dispose()
-            assert server.stop() == 0
 
 
+@pytest.mark.parametrize("backend", LISTING_BACKENDS, indirect=True)
 def test_claims_list_once_for_a_run_of_claims(claiming: Any) -> None:
     app, strategy, conn, listings = claiming
     ids = [app.enqueue(None, "t", {"i": i}) for i in range(50)]
@@ -106,6 +110,7 @@ def test_claims_list_once_for_a_run_of_claims(claiming: Any) -> None:
     assert all(job.status == Status.RUNNING for jobs in claimed for job in jobs)
 
 
+@pytest.mark.parametrize("backend", LISTING_BACKENDS, indirect=True)
 def test_a_stale_list_is_dropped_and_the_claim_still_takes_waiting_jobs(claiming: Any) -> None:
     app, strategy, conn, listings = claiming
     ids = [app.enqueue(None, "t", {"i": i}) for i in range(40)]

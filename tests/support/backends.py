@@ -76,6 +76,21 @@ class BackendSpec:
     def prefix(self) -> str:
         return prefix_for(self.database)
 
+    @property
+    def commits_claims(self) -> bool:
+        return commits_claims(self.database, self.strategy)
+
+
+def commits_claims(database: str, strategy: str) -> bool:
+    """Whether the pair's claim commits ``running`` before the handlers run (a lock-based
+    claim: the job then waits for rescue when its worker dies), asked of dbqueue's own strategy
+    for the database: the lock server on SQLite claims in the batch transaction."""
+    from dbqueue import dialects, strategies
+
+    url = BackendSpec(database, database, strategy).url(Path("x.db"))
+    dialect = dialects.class_for_url(sa.engine.make_url(url))
+    return not strategies.resolve(strategy, dialect).claims_in_transaction
+
 
 def prefix_for(database: str) -> str:
     """The SingleStore path shares MariaDB's database: its tables get a prefix of their own."""
@@ -182,6 +197,10 @@ class Backend:
             options.setdefault("lock_server", self.server)
         app = dbqueue.App(self.url, table_prefix=self.prefix, **options)
         return app
+
+    @property
+    def commits_claims(self) -> bool:
+        return commits_claims(self.database, self.strategy)
 
     def worker_args(self) -> list[str]:
         """Arguments that point tests/support/worker_process.py at this backend's tables."""
