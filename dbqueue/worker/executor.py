@@ -1,8 +1,9 @@
 """Runs the handlers of claimed jobs and writes their outcomes, in the right transactions.
 
-Two kinds of claims reach it. An in-transaction claim (skip_locked, sqlite) lives in the batch
+Two kinds of claims reach it (the strategy's ``claims_in_transaction`` says which). An
+in-transaction claim (skip_locked, sqlite, lock_server on SQLite) lives in the batch
 transaction the runner opened: ``execute()`` runs the handlers in it, each in a savepoint, and
-the runner commits. A committed claim (advisory_lock, lock_server) already marked the jobs
+the runner commits. A committed claim (advisory_lock, lock_server elsewhere) already marked the jobs
 ``running``; ``execute_committed()`` opens the transactions itself, and fences each commit:
 the outcome UPDATE only matches rows still ``running`` under this worker's id, and the strategy
 confirms it still holds the jobs' locks. If either check fails, another worker may own the job
