@@ -124,6 +124,12 @@ def enqueue_single(url: str, table: str, rows: list[tuple], conn: Any = None) ->
 def drain(url: str, table: str, concurrency: int, batch: int) -> tuple[int, float]:
     """Threads claim up to ``batch`` jobs per transaction and mark them done, until none is
     left; returns (jobs, seconds)."""
+    jobs, seconds, _ = drain_counted(url, table, concurrency, batch)
+    return jobs, seconds
+
+
+def drain_counted(url: str, table: str, concurrency: int, batch: int) -> tuple[int, float, int]:
+    """``drain``, with the transactions committed (each thread's last one found nothing)."""
     backend = _backend(url)
     cycle: Callable[[Any], int] = (
         _sqlite_cycle(table, batch)
@@ -131,6 +137,7 @@ def drain(url: str, table: str, concurrency: int, batch: int) -> tuple[int, floa
         else _locking_cycle(backend, table, batch)
     )
     counts = [0] * concurrency
+    cycles = [0] * concurrency
     errors: list[BaseException] = []
     connections = [_connect(url) for _ in range(concurrency)]
     barrier = threading.Barrier(concurrency + 1)
@@ -141,6 +148,7 @@ def drain(url: str, table: str, concurrency: int, batch: int) -> tuple[int, floa
         try:
             while True:
                 done = cycle(conn)
+                cycles[index] += 1
                 if not done:
                     return
                 counts[index] += done
@@ -159,7 +167,7 @@ def drain(url: str, table: str, concurrency: int, batch: int) -> tuple[int, floa
         conn.close()
     if errors:
         raise RuntimeError(f"the bare-SQL drain failed: {errors[0]!r}") from errors[0]
-    return sum(counts), seconds
+    return sum(counts), seconds, sum(cycles)
 
 
 def _locking_cycle(backend: str, table: str, batch: int) -> Callable[[Any], int]:

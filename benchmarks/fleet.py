@@ -24,9 +24,12 @@ HERE = Path(__file__).resolve().parent
 
 
 class Fleet:
-    """``size`` worker processes waiting at a barrier; ``go()`` releases them."""
+    """``size`` worker processes waiting at a barrier; ``go()`` releases them. ``module`` is
+    what each runs: ``benchmarks.worker_proc``, or ``benchmarks.bare_proc`` (the ceiling)."""
 
-    def __init__(self, url: str, size: int, options: list[str], ready_timeout: float) -> None:
+    def __init__(
+        self, url: str, size: int, options: list[str], ready_timeout: float, module: str
+    ) -> None:
         self.barrier = Path(tempfile.mkdtemp(prefix="dbqueue-fleet-"))
         self.size = size
         self.ready_timeout = ready_timeout
@@ -35,7 +38,7 @@ class Fleet:
                 [
                     sys.executable,
                     "-m",
-                    "benchmarks.worker_proc",
+                    module,
                     url,
                     *options,
                     "--barrier",
@@ -85,8 +88,14 @@ class Fleet:
 
 
 @contextmanager
-def fleet(url: str, size: int, options: list[str], ready_timeout: float = 600) -> Iterator[Fleet]:
-    started = Fleet(url, size, options, ready_timeout)
+def fleet(
+    url: str,
+    size: int,
+    options: list[str],
+    ready_timeout: float = 600,
+    module: str = "benchmarks.worker_proc",
+) -> Iterator[Fleet]:
+    started = Fleet(url, size, options, ready_timeout, module)
     try:
         yield started
     finally:

@@ -11,6 +11,10 @@ PostgreSQL ``pg_stat_database.xact_commit`` (this database only), MariaDB ``Com_
 database the commits the workers sent, counted at the client by SQLAlchemy events (SQLite has
 no server: that is its only figure). And per job: the claims' size, the statements sent, the
 workers' CPU, and the rest of the machine's (the server's, on a machine running nothing else).
+Beside each fleet, the same number of processes running the ceiling's bare SQL
+(``benchmarks.bare_proc``: 4 threads each, batch 10, through the raw driver), on the same table
+refilled: the curve the database and the machine alone allow. The two alternate which drains
+first from one fleet size to the next.
 Target (issue 19): no collapse, 8 processes ≥ 1 process.
 """
 
@@ -31,10 +35,16 @@ HERE = Path(__file__).resolve().parent
 COMMIT_COUNTERS = ("xact_commit", "Com_commit", "Handler_commit")
 
 
-def drain(url: str, size: int) -> dict[str, Any]:
-    """Release ``size`` processes on the filled table; their jobs/s and the commits/s."""
-    options = ["--burst", "--count", "--concurrency", "4", "--batch-size", "10"]
-    with fleet(url, size, options) as workers:
+def drain(url: str, size: int, table: str | None = None) -> dict[str, Any]:
+    """Release ``size`` processes on the filled table; their jobs/s and the commits/s. With
+    ``table``, the processes are the ceiling's bare drain on it instead of dbqueue workers."""
+    shape = ["--concurrency", "4", "--batch-size", "10"]
+    options, module = (
+        (["--burst", "--count", *shape], "benchmarks.worker_proc")
+        if table is None
+        else (["--table", table, *shape], "benchmarks.bare_proc")
+    )
+    with fleet(url, size, options, module=module) as workers:
         ready = workers.wait_ready()
         before = server_counters(url)
         busy_before = machine_busy_seconds()
@@ -62,7 +72,11 @@ def drain(url: str, size: int) -> dict[str, Any]:
         # last one empty in --burst), what the workers send per job, and their own CPU per job
         # (what is left of two cores goes to the database server).
         "jobs_per_claim": round(done / max(1, sum(r.get("rounds", 0) for r in reports)), 2),
-        "statements_per_job": round(sum(r["statements"] for r in reports) / max(1, done), 3),
+        **(
+            {"statements_per_job": round(sum(r["statements"] for r in reports) / max(1, done), 3)}
+            if table is None
+            else {}
+        ),
         "worker_cpu_us_per_job": round(1e6 * worker_cpu / max(1, done)),
         # The machine's CPU over the drain beyond the workers' own: the database server's
         # (and on SQLite, which has none, the processes' exits and the machine's other work).
@@ -93,22 +107,24 @@ def run(database: str, jobs: int, sizes: list[int]) -> dict[str, Any]:
     url = URLS[database]
     app = fresh_app(url)
     engine = app.create_engine(pool_pre_ping=False)
-    curve = []
+    curve, bare_curve = [], []
     try:
-        for size in sizes:
-            empty(app, engine)
-            for first in range(0, jobs, 1_000):
-                batch = [{"task": "noop", "payload": {"n": i}} for i in range(first, first + 1_000)]
-                app.enqueue_many(engine, batch[: jobs - first])
-            analyze(app, engine)
-            point = drain(url, size)
-            assert point["processed"] == jobs, point
-            print(f"  {size} processes: {point['jobs_per_s']:,} jobs/s", flush=True)
-            curve.append(point)
+        for turn, size in enumerate(sizes):
+            # dbqueue's fleet and the bare one alternate which drains first, size by size.
+            for bare in (turn % 2 == 1, turn % 2 == 0):
+                fill(app, engine, jobs)
+                point = drain(url, size, app.names.jobs if bare else None)
+                assert point["processed"] == jobs, point
+                print(f"  {size} processes{', bare SQL' if bare else ''}: "
+                      f"{point['jobs_per_s']:,} jobs/s", flush=True)  # fmt: skip
+                (bare_curve if bare else curve).append(point)
         empty(app, engine)
     finally:
         engine.dispose()
     by_size = {p["processes"]: p["jobs_per_s"] for p in curve}
+    bare_by_size = {p["processes"]: p["jobs_per_s"] for p in bare_curve}
+    for point in curve:
+        point["ratio_to_bare"] = round(point["jobs_per_s"] / bare_by_size[point["processes"]], 2)
     return {
         "workload": "scale-out: worker processes draining one table",
         "database": database,
@@ -119,7 +135,22 @@ def run(database: str, jobs: int, sizes: list[int]) -> dict[str, Any]:
         "batch_size": 10,
         "curve": curve,
         "ratio_max_to_1": round(by_size[max(by_size)] / by_size[min(by_size)], 2),
+        # The same fleets running the ceiling's bare SQL: how far the database and the two
+        # cores alone let a fleet grow.
+        "bare_curve": bare_curve,
+        "bare_ratio_max_to_1": round(
+            bare_by_size[max(bare_by_size)] / bare_by_size[min(bare_by_size)], 2
+        ),
     }
+
+
+def fill(app: Any, engine: Any, jobs: int) -> None:
+    """An empty table refilled with ``jobs`` no-op jobs, then analysed."""
+    empty(app, engine)
+    for first in range(0, jobs, 1_000):
+        batch = [{"task": "noop", "payload": {"n": i}} for i in range(first, first + 1_000)]
+        app.enqueue_many(engine, batch[: jobs - first])
+    analyze(app, engine)
 
 
 def describe(result: dict[str, Any]) -> str:
@@ -143,6 +174,16 @@ def describe(result: dict[str, Any]) -> str:
                if "other_cpu_us_per_job" in p else "")
         )  # fmt: skip
     lines.append(f"  largest fleet / one process: {result['ratio_max_to_1']}")
+    if "bare_curve" in result:
+        lines.append("  the same fleets running bare SQL (benchmarks.ceiling's drain):")
+        for p, ours in zip(result["bare_curve"], result["curve"], strict=True):
+            lines.append(
+                f"  {p['processes']} processes: {p['jobs_per_s']:>7,} jobs/s (dbqueue / bare "
+                f"{ours['ratio_to_bare']}); worker CPU {p['worker_cpu_us_per_job']} µs/job"
+                + (f", the rest of the machine's {p['other_cpu_us_per_job']} µs/job"
+                   if "other_cpu_us_per_job" in p else "")
+            )  # fmt: skip
+        lines.append(f"  bare largest fleet / one process: {result['bare_ratio_max_to_1']}")
     return "\n".join(lines)
 
 
