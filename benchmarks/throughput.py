@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -289,6 +290,45 @@ def analyze(app: Any, engine: sa.Engine) -> None:
             conn.execute(sa.text(f"ANALYZE {app.names.jobs}"))
 
 
+#: The rates a W1 round measures, each a list over the rounds.
+RATE_KEYS = (
+    "bare_single",
+    *SINGLE_WAYS,
+    *SINGLE_FLOORS.values(),
+    "bulk",
+    "bare_bulk",
+    "process",
+    "bare_process",
+)
+
+
+@dataclasses.dataclass
+class W1:
+    """One W1 run's fixed parts: the database and its App, the bare rows, the workload's shape."""
+
+    url: str
+    app: Any
+    engine: sa.Engine
+    rows: list[tuple]
+    single: int
+    chunk: int
+    concurrency: int
+    batch_size: int
+    strategy: str | None
+
+    def worker_options(self) -> list[str]:
+        shape = ["--concurrency", str(self.concurrency), "--batch-size", str(self.batch_size)]
+        return ["--burst", *shape, *(["--strategy", self.strategy] if self.strategy else [])]
+
+    def bare_drain(self, batch_size: int) -> float:
+        """The ceiling's drain of every row, ``batch_size`` a claim: jobs/s."""
+        empty(self.app, self.engine)
+        bulk_insert_bare(self.url, self.app.names.jobs, self.rows, self.chunk)
+        analyze(self.app, self.engine)
+        n, seconds = ceiling.drain(self.url, self.app.names.jobs, self.concurrency, batch_size)
+        return n / seconds
+
+
 def run(
     database: str,
     jobs: int,
@@ -305,69 +345,64 @@ def run(
     url = URLS[database]
     app = fresh_app(url)
     engine = app.create_engine(pool_pre_ping=False)
-    table = app.names.jobs
-    rows = bare_rows(jobs)
-    rates: dict[str, list[float]] = {
-        k: []
-        for k in (
-            "bare_single",
-            *SINGLE_WAYS,
-            *SINGLE_FLOORS.values(),
-            "bulk",
-            "bare_bulk",
-            "process",
-            "bare_process",
-        )  # fmt: skip
-    }
-    options = ["--burst", "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
-    if strategy:
-        options += ["--strategy", strategy]
+    w1 = W1(url, app, engine, bare_rows(jobs), single, chunk, concurrency, batch_size, strategy)
+    rates: dict[str, list[float]] = {k: [] for k in RATE_KEYS}
     try:
         for _ in range(rounds):
-            empty(app, engine)
-            for name, seconds in enqueue_single_interleaved(url, app, engine, rows, single).items():
-                rates[name].append(single / seconds)
-            empty(app, engine)
-            bare_bulk, bulk = enqueue_many_interleaved(url, app, engine, rows, single, chunk)
-            rates["bare_bulk"].append((jobs - single) / bare_bulk)
-            rates["bulk"].append((jobs - single) / bulk)
-            empty(app, engine)
-            app.enqueue_many(engine, [{"task": "noop", "payload": {"n": i}} for i in range(jobs)])
-            analyze(app, engine)
-            if strategy == "lock_server":
-                with lock_server(url) as server:
-                    report = run_worker_process(url, "--lock-server", server, *options)
-            else:
-                report = run_worker_process(url, *options)
-            rates["process"].append(report["succeeded"] / report["seconds"])
-            empty(app, engine)
-            bulk_insert_bare(url, table, rows, chunk)
-            analyze(app, engine)
-            n, seconds = ceiling.drain(url, table, concurrency, batch_size)
-            rates["bare_process"].append(n / seconds)
-        bare_one = None
-        if batch_size != 1:  # for reference: the ceiling one job per round trip
-            empty(app, engine)
-            bulk_insert_bare(url, table, rows, chunk)
-            analyze(app, engine)
-            n, seconds = ceiling.drain(url, table, concurrency, 1)
-            bare_one = n / seconds
+            enqueue_round(w1, rates)
+            process_round(w1, rates)
+        # For reference: the ceiling one job per round trip.
+        bare_one = w1.bare_drain(1) if batch_size != 1 else None
     finally:
         engine.dispose()
+    return w1_result(database, w1, rates, bare_one, rounds)
+
+
+def enqueue_round(w1: W1, rates: dict[str, list[float]]) -> None:
+    """One round of the enqueue figures: one job per transaction each way, then in bulk."""
+    app, engine, jobs, single = w1.app, w1.engine, len(w1.rows), w1.single
+    empty(app, engine)
+    for name, seconds in enqueue_single_interleaved(w1.url, app, engine, w1.rows, single).items():
+        rates[name].append(single / seconds)
+    empty(app, engine)
+    bare_bulk, bulk = enqueue_many_interleaved(w1.url, app, engine, w1.rows, single, w1.chunk)
+    rates["bare_bulk"].append((jobs - single) / bare_bulk)
+    rates["bulk"].append((jobs - single) / bulk)
+
+
+def process_round(w1: W1, rates: dict[str, list[float]]) -> None:
+    """One round of processing: a dbqueue worker process drains the table, then the ceiling."""
+    app, engine = w1.app, w1.engine
+    empty(app, engine)
+    app.enqueue_many(engine, [{"task": "noop", "payload": {"n": i}} for i in range(len(w1.rows))])
+    analyze(app, engine)
+    if w1.strategy == "lock_server":
+        with lock_server(w1.url) as server:
+            report = run_worker_process(w1.url, "--lock-server", server, *w1.worker_options())
+    else:
+        report = run_worker_process(w1.url, *w1.worker_options())
+    rates["process"].append(report["succeeded"] / report["seconds"])
+    rates["bare_process"].append(w1.bare_drain(w1.batch_size))
+
+
+def w1_result(
+    database: str, w1: W1, rates: dict[str, list[float]], bare_one: float | None, rounds: int
+) -> dict[str, Any]:
+    """The saved result: each figure the median of its rounds, and its ratio to the ceiling."""
     med = {k: statistics.median(v) for k, v in rates.items()}
-    bare = {str(batch_size): round(med["bare_process"])}
+    bare = {str(w1.batch_size): round(med["bare_process"])}
     if bare_one is not None:
         bare = {"1": round(bare_one), **bare}
     return {
         "workload": "W1 throughput",
         "database": database,
-        "server": server_version(url),
-        "strategy": strategy or "default",
-        "jobs": jobs,
-        "single": single,
-        "chunk": chunk,
-        "concurrency": concurrency,
-        "batch_size": batch_size,
+        "server": server_version(w1.url),
+        "strategy": w1.strategy or "default",
+        "jobs": len(w1.rows),
+        "single": w1.single,
+        "chunk": w1.chunk,
+        "concurrency": w1.concurrency,
+        "batch_size": w1.batch_size,
         "rounds": rounds,
         "enqueue_single_jobs_per_s": round(med["single"]),
         "enqueue_single_ceiling_jobs_per_s": round(med["bare_single"]),
@@ -382,7 +417,7 @@ def run(
         "enqueue_bulk_jobs_per_s": round(med["bulk"]),
         "enqueue_bulk_ceiling_jobs_per_s": round(med["bare_bulk"]),
         "enqueue_bulk_ratio": round(med["bulk"] / med["bare_bulk"], 2),
-        "processed": jobs,
+        "processed": len(w1.rows),
         "process_jobs_per_s": round(med["process"]),
         "process_ceiling_jobs_per_s": bare,
         "process_ratio": round(med["process"] / med["bare_process"], 2),
@@ -590,22 +625,8 @@ def describe(result: dict[str, Any]) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("database", choices=sorted(URLS))
-    parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--single", type=int, default=2_000)
-    parser.add_argument("--chunk", type=int, default=1_000)
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=10)
-    parser.add_argument("--strategy")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--job-log", action="store_true", help="the per-job log's cost instead")
-    parser.add_argument("--prefix", default=PREFIX, help="table prefix (--job-log, --queue-limit)")
-    parser.add_argument("--queue-limit", type=int, help="a queue limited to N instead")
-    parser.add_argument("--registry", action="store_true", help="the registry's cost instead")
-    args = parser.parse_args()
-    os.chdir(HERE.parent)
+def print_cost(args: argparse.Namespace) -> None:
+    """``--registry``, ``--queue-limit`` or ``--job-log``: that feature's cost instead of W1."""
     if args.registry:
         cost = registry_cost(
             args.database, args.jobs, args.concurrency, args.batch_size, args.rounds, args.prefix
@@ -637,6 +658,26 @@ def main() -> None:
         print(machine())
         print(describe_job_log(cost))
         print(f"saved {save(f'joblog-{args.database}', cost)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("database", choices=sorted(URLS))
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--single", type=int, default=2_000)
+    parser.add_argument("--chunk", type=int, default=1_000)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=10)
+    parser.add_argument("--strategy")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--job-log", action="store_true", help="the per-job log's cost instead")
+    parser.add_argument("--prefix", default=PREFIX, help="table prefix (--job-log, --queue-limit)")
+    parser.add_argument("--queue-limit", type=int, help="a queue limited to N instead")
+    parser.add_argument("--registry", action="store_true", help="the registry's cost instead")
+    args = parser.parse_args()
+    os.chdir(HERE.parent)
+    if args.registry or args.queue_limit or args.job_log:
+        print_cost(args)
         return
     result = run(
         args.database,

@@ -76,20 +76,7 @@ class RuntimeContext:
             settings.subscriptions_table,
         )
         self.tables = tables_for(self.names)
-        self.default_queue = check_queue_name(settings.queue or DEFAULT_QUEUE)
-        self.max_attempts = settings.max_attempts or DEFAULT_MAX_ATTEMPTS
-        if self.max_attempts < 1:
-            raise ConfigurationError(f"max_attempts={self.max_attempts} must be at least 1")
-        self._explicit_backoff = backoff
-        base_interval = settings.retry_base_interval
-        self.backoff: Backoff = backoff or linear_backoff(
-            DEFAULT_BASE_INTERVAL if base_interval is None else base_interval
-        )
-        self.max_payload_bytes = (
-            payload_codec.DEFAULT_MAX_PAYLOAD_BYTES
-            if settings.max_payload_bytes is None
-            else settings.max_payload_bytes
-        )
+        self._resolve_job_defaults(settings, backoff)
         self.registry = registry if registry is not None else TaskRegistry()
         self.retry_policy = RetryPolicy(self.registry, self.backoff)
         self.subscriptions = SubscriptionStore(self.tables)
@@ -117,6 +104,24 @@ class RuntimeContext:
         )
         self._cancel_requests: cancellation.RequestStore | None = None
         self._workers_engine: Engine | bool | None = None
+
+    def _resolve_job_defaults(self, settings: Settings, backoff: Backoff | None) -> None:
+        """What a job gets when its enqueue or task says nothing: its queue, its attempts, its
+        retries' spacing and its payload's size limit (checked here, once)."""
+        self.default_queue = check_queue_name(settings.queue or DEFAULT_QUEUE)
+        self.max_attempts = settings.max_attempts or DEFAULT_MAX_ATTEMPTS
+        if self.max_attempts < 1:
+            raise ConfigurationError(f"max_attempts={self.max_attempts} must be at least 1")
+        self._explicit_backoff = backoff
+        base_interval = settings.retry_base_interval
+        self.backoff: Backoff = backoff or linear_backoff(
+            DEFAULT_BASE_INTERVAL if base_interval is None else base_interval
+        )
+        self.max_payload_bytes = (
+            payload_codec.DEFAULT_MAX_PAYLOAD_BYTES
+            if settings.max_payload_bytes is None
+            else settings.max_payload_bytes
+        )
 
     def reconfigured(self, **overrides: Any) -> RuntimeContext:
         """A context whose settings have these overrides (None: unchanged), sharing this one's

@@ -178,11 +178,17 @@ def _table_kwargs(kind: str) -> dict:
 
 
 def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
-    t = names.jobs
-    id_type = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: rowid alias
     table = sa.Table(
-        t,
-        metadata,
+        names.jobs, metadata, *_jobs_columns(), schema=names.schema, **_table_kwargs("jobs")
+    )
+    _jobs_indexes(table, names.jobs)
+    return table
+
+
+def _jobs_columns() -> list[sa.Column]:
+    """The jobs table's columns, in their order."""
+    id_type = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: rowid alias
+    return [
         sa.Column("id", id_type, primary_key=True, autoincrement=True),
         sa.Column("queue", sa.String(64), nullable=False, server_default=DEFAULT_QUEUE),
         sa.Column("task", sa.String(200), nullable=False),
@@ -225,9 +231,11 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         sa.Column("scored_payloads", Payload(), nullable=True),  # a coalescing task's payloads
         # The enqueuer's W3C trace context (dbqueue.tracing): links the job's span to it.
         sa.Column("traceparent", sa.String(MAX_TRACEPARENT), nullable=True),
-        schema=names.schema,
-        **_table_kwargs("jobs"),
-    )
+    ]
+
+
+def _jobs_indexes(table: sa.Table, t: str) -> None:
+    """The jobs table's indexes, each for the statement that reads through it."""
     # The claim reads one contiguous range: status = 'available' AND queue = ?, in claim order.
     # With this exact column order MySQL's locking read stops at the LIMIT instead of locking
     # every row it scans.
@@ -250,7 +258,6 @@ def jobs_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:
         postgresql_where=keyed,
         sqlite_where=keyed,
     )
-    return table
 
 
 def maintenance_table(metadata: sa.MetaData, names: TableNames) -> sa.Table:

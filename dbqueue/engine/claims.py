@@ -1,6 +1,5 @@
 """Claims: the runnable query every strategy locks its own way, the fetch that turns claimed rows
-into Jobs, the lock-based strategies' list-then-mark pair and its undo, and the polling reads
-a worker needs between claims (due times, runnable queues, running jobs)."""
+into Jobs, and the lock-based strategies' list-then-mark pair and its undo."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from sqlalchemy.engine import Connection
 
 from ..compiled import CompiledStatement
 from ..job import ROW_FIELDS, Job, RowReader, Status, row_reader
-from ..sqltypes import UtcDateTime
 from .base import id_names
 from .keys import Keys
 
@@ -378,44 +376,3 @@ class Claims(Keys):
                 (j.c.updated_at, now),
             )
         )
-
-    def running_jobs(self, conn: Connection, limit: int) -> list[Job]:
-        j = self.jobs
-        rows = conn.execute(
-            sa.select(*self._job_columns, j.c.started_at)
-            .where(j.c.status == Status.RUNNING)
-            .order_by(j.c.id)
-            .limit(limit)
-        )
-        return [Job.from_tuple(row, 0) for row in rows]
-
-    def runnable_queues(self, conn: Connection, waited: float = 0.0) -> list[str]:
-        """Queues holding jobs that have been runnable for at least ``waited`` seconds."""
-        j = self.jobs
-        rows = conn.execute(
-            sa.select(j.c.queue)
-            .where(j.c.status == Status.AVAILABLE, j.c.run_at <= self.dialect.now_plus(-waited))
-            .group_by(j.c.queue)
-        )
-        return sorted(rows.scalars())
-
-    def next_due_in(self, conn: Connection, queues: Sequence[str]) -> float | None:
-        """Seconds until the earliest scheduled job of these queues becomes runnable.
-
-        Only future jobs count: past-due ones that a claim did not get are held by other
-        workers (a SKIP LOCKED claim leaves them 'available' until it commits).
-        """
-        j = self.jobs
-        soonest = conn.execute(
-            sa.select(
-                sa.type_coerce(sa.func.min(j.c.run_at), UtcDateTime()),
-                self.db_now(),
-            ).where(
-                j.c.status == Status.AVAILABLE,
-                j.c.queue.in_(list(queues)),
-                j.c.run_at > self.dialect.now(),
-            )
-        ).one()
-        if soonest[0] is None:
-            return None
-        return max(0.0, (soonest[0] - soonest[1]).total_seconds())

@@ -24,6 +24,32 @@ def _result_names(size: int) -> tuple[str, ...]:
     return tuple(f"result_{i}" for i in range(size))
 
 
+def _returns_of(
+    done: Sequence[tuple[Job, str | None]],
+) -> tuple[list[int], dict[int, Any], dict[int, Any], tuple[bool, bool, bool]]:
+    """One pass over a completed batch: its ids, what its handlers returned (results by id,
+    messages by id), and whether any job is awaited, keyed or holds a unique key (each of
+    which costs a statement only when present)."""
+    results: dict[int, Any] = {}
+    messages: dict[int, Any] = {}
+    ids: list[int] = []
+    awaited = keyed = unique = False
+    for job, value in done:
+        ids.append(job.id)
+        if value is not None:
+            if type(value) is payload_codec.EncodedPayload:
+                results[job.id] = value
+            else:
+                messages[job.id] = truncate(value)
+        if job.awaited:
+            awaited = True
+        if job.key_seq is not None:
+            keyed = True
+        if job.unique_key:
+            unique = True
+    return ids, results, messages, (awaited, keyed, unique)
+
+
 class Outcomes(UniqueKeys):
     """Extends Inserts: a dead job's dead-letter job is inserted in the same transaction; and
     UniqueKeys: a finished job's unique key is released in the same transaction."""
@@ -47,25 +73,7 @@ class Outcomes(UniqueKeys):
         was rescued and claimed again since belongs to someone else)."""
         if not done:
             return 0
-        results: dict[int, Any] = {}
-        messages: dict[int, Any] = {}
-        ids: list[int] = []
-        # One pass over the batch: what it returned, and whether any job is awaited, keyed
-        # or holds a unique key (each of which costs a statement only when present).
-        awaited = keyed = unique = False
-        for job, value in done:
-            ids.append(job.id)
-            if value is not None:
-                if type(value) is payload_codec.EncodedPayload:
-                    results[job.id] = value
-                else:
-                    messages[job.id] = truncate(value)
-            if job.awaited:
-                awaited = True
-            if job.key_seq is not None:
-                keyed = True
-            if job.unique_key:
-                unique = True
+        ids, results, messages, follow_ups = _returns_of(done)
         params = {
             "expected_status": expected_status,
             "increment": attempt_increment,
@@ -75,6 +83,27 @@ class Outcomes(UniqueKeys):
         fenced = claimed_by is not None
         if fenced:
             params["claimed_by"] = claimed_by
+        changed = self._mark_succeeded(conn, ids, results, messages, params, fenced)
+        awaited, keyed, unique = follow_ups
+        if awaited:
+            self.announce_finished(conn, [job.id for job, _ in done if job.awaited])
+        if keyed:
+            held = [job for job, _ in done if job.key_seq is not None]
+            self._release_completed(conn, held, changed == len(ids))
+        if unique:
+            self._release_done(conn, [job for job, _ in done], changed)
+        return changed
+
+    def _mark_succeeded(
+        self,
+        conn: Connection,
+        ids: list[int],
+        results: dict[int, Any],
+        messages: dict[int, Any],
+        params: dict[str, Any],
+        fenced: bool,
+    ) -> int:
+        """``complete``'s UPDATE; returns how many rows it changed."""
         size = len(ids)
         if not messages:
             # One statement per batch length, ids as separate parameters: compiled in advance.
@@ -90,26 +119,17 @@ class Outcomes(UniqueKeys):
                 )
                 params.update(zip(_result_names(size), map(results.get, ids), strict=True))
             params.update(zip(_id_names(size), ids, strict=True))
-            changed = self.compiled(stmt).rowcount(conn, params)
-        else:
-            # Messages (webhook deliveries, the seed's workers): one CASE arm per value.
-            j = self.jobs
-            params["ids"] = ids
-            stmt = self._build_complete(
-                fenced,
-                self.dialect.in_list(j.c.id, "ids"),
-                message=self._case(messages, sa.Text()),
-                result=self._case(results, j.c.result.type, self.dialect.json_value),
-            )
-            changed = conn.execute(stmt, params).rowcount
-        if awaited:
-            self.announce_finished(conn, [job.id for job, _ in done if job.awaited])
-        if keyed:
-            held = [job for job, _ in done if job.key_seq is not None]
-            self._release_completed(conn, held, changed == size)
-        if unique:
-            self._release_done(conn, [job for job, _ in done], changed)
-        return changed
+            return self.compiled(stmt).rowcount(conn, params)
+        # Messages (webhook deliveries, the seed's workers): one CASE arm per value.
+        j = self.jobs
+        params["ids"] = ids
+        stmt = self._build_complete(
+            fenced,
+            self.dialect.in_list(j.c.id, "ids"),
+            message=self._case(messages, sa.Text()),
+            result=self._case(results, j.c.result.type, self.dialect.json_value),
+        )
+        return int(conn.execute(stmt, params).rowcount)
 
     def _release_done(self, conn: Connection, jobs: Sequence[Job], changed: int) -> None:
         """Release the unique keys of a completed batch (all of it, or what was ours)."""
@@ -247,18 +267,27 @@ class Outcomes(UniqueKeys):
         if same_attempt:
             guard.append(j.c.attempt == job.attempt - attempt_increment)
         changed = conn.execute(sa.update(j).where(*guard).values(values)).rowcount
-        if changed and job.key_seq is not None:
-            if retry_in is None:
-                self.release_keys(conn, [job])
-            elif exclusive_key:
-                self.back_of_line(conn, job)
-        if changed and retry_in is None and job.awaited:
-            self.announce_finished(conn, [job.id])
-        if changed and retry_in is None:
-            self._release_done(conn, [job], changed)
-        elif changed and job.scored_payloads is not None and job.unique_key:
+        if not changed:
+            return FailResult(changed)
+        if retry_in is None:
+            return self._after_death(conn, job, changed, dead_letter)
+        if job.key_seq is not None and exclusive_key:
+            self.back_of_line(conn, job)
+        if job.scored_payloads is not None and job.unique_key:
             self.absorb_follow_up(conn, job)
-        if changed and retry_in is None and dead_letter and not job.dead:
+        return FailResult(changed)
+
+    def _after_death(
+        self, conn: Connection, job: Job, changed: int, dead_letter: bool
+    ) -> FailResult:
+        """What a job's death changes beside its row, in the same transaction: its key and
+        unique key released, its waiting caller told, its dead-letter job inserted."""
+        if job.key_seq is not None:
+            self.release_keys(conn, [job])
+        if job.awaited:
+            self.announce_finished(conn, [job.id])
+        self._release_done(conn, [job], changed)
+        if dead_letter and not job.dead:
             return FailResult(changed, self.insert(conn, self.dead_letter_of(job)))
         return FailResult(changed)
 

@@ -1,5 +1,7 @@
 """Reads and admin writes for the API, the CLI and the dashboard: one job, equivalent jobs,
-per-queue stats, the dead jobs and their requeue. Off the hot path: plain Core statements."""
+per-queue stats, the dead jobs and their requeue; and the polling reads a worker and its
+maintenance make between claims (due times, runnable queues, running jobs). Off the hot path:
+plain Core statements."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .. import payload as payload_codec
-from ..job import Status
+from ..job import Job, Status
 from ..sqltypes import UtcDateTime
 from .records import QueueStats
 from .unique import UniqueKeys
@@ -176,6 +178,47 @@ class Queries(UniqueKeys):
             if found:
                 self.join_lines(conn, found)  # keyed ones go to the back of their key's line
         return sorted(int(i) for i in found)
+
+    def running_jobs(self, conn: Connection, limit: int) -> list[Job]:
+        j = self.jobs
+        rows = conn.execute(
+            sa.select(*self._job_columns, j.c.started_at)
+            .where(j.c.status == Status.RUNNING)
+            .order_by(j.c.id)
+            .limit(limit)
+        )
+        return [Job.from_tuple(row, 0) for row in rows]
+
+    def runnable_queues(self, conn: Connection, waited: float = 0.0) -> list[str]:
+        """Queues holding jobs that have been runnable for at least ``waited`` seconds."""
+        j = self.jobs
+        rows = conn.execute(
+            sa.select(j.c.queue)
+            .where(j.c.status == Status.AVAILABLE, j.c.run_at <= self.dialect.now_plus(-waited))
+            .group_by(j.c.queue)
+        )
+        return sorted(rows.scalars())
+
+    def next_due_in(self, conn: Connection, queues: Sequence[str]) -> float | None:
+        """Seconds until the earliest scheduled job of these queues becomes runnable.
+
+        Only future jobs count: past-due ones that a claim did not get are held by other
+        workers (a SKIP LOCKED claim leaves them 'available' until it commits).
+        """
+        j = self.jobs
+        soonest = conn.execute(
+            sa.select(
+                sa.type_coerce(sa.func.min(j.c.run_at), UtcDateTime()),
+                self.db_now(),
+            ).where(
+                j.c.status == Status.AVAILABLE,
+                j.c.queue.in_(list(queues)),
+                j.c.run_at > self.dialect.now(),
+            )
+        ).one()
+        if soonest[0] is None:
+            return None
+        return max(0.0, (soonest[0] - soonest[1]).total_seconds())
 
 
 #: Ids per statement in the morgue's bulk actions (an IN list every database takes).

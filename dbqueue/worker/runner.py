@@ -155,6 +155,10 @@ class Worker(ClaimLoop, AbandonedThreads):
         self.cancel_notice = positive_seconds("cancel_notice", cancel_notice)
         self.log_jobs = self.settings.log_jobs if log_jobs is None else bool(log_jobs)
         self.heartbeat_interval = positive_seconds("heartbeat_interval", heartbeat_interval)
+        self._init_run_state()
+
+    def _init_run_state(self) -> None:
+        """What ``run()`` starts, counts and signals with: nothing yet until it runs."""
         self.heartbeat: Heartbeat | None = None
         self.job_log_writer: JobLogWriter | None = None
         self.watchdog: Watchdog | None = None
