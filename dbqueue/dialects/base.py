@@ -181,6 +181,14 @@ class Dialect(abc.ABC):
         Only for statements each safe to commit alone, in their order."""
         return contextlib.nullcontext()
 
+    def statements_together(self, conn: Connection) -> contextlib.AbstractContextManager[Any]:
+        """Around statements that must commit together (a key's row lock held from the read
+        that takes it to the write that depends on it), even inside ``one_statement_transaction``
+        or ``statements_alone``: where those made each statement commit on its own, the block
+        is one transaction of its own, committed at its end (rolled back by an error); else
+        it is part of ``conn``'s transaction as it is."""
+        return contextlib.nullcontext()
+
     def unlock_named_by(self, prefix: str) -> sa.Select | None:
         """A statement releasing the locks ``try_lock_named_by(prefix)`` takes, one for each
         key of its array parameter ``keys``; None where there is none (``unlock`` each)."""

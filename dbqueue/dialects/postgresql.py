@@ -166,6 +166,28 @@ class PostgresDialect(Dialect):
         with _autocommit(dbapi):
             yield
 
+    @contextlib.contextmanager
+    def statements_together(self, conn: Connection) -> Iterator[None]:
+        # In the driver's autocommit no transaction is open on the server: turning it off
+        # begins one with the block's first statement, committed here; the caller's
+        # SQLAlchemy transaction, bookkeeping only, then has nothing left to commit.
+        dbapi = conn.connection.dbapi_connection
+        if not getattr(dbapi, "autocommit", False):
+            yield
+            return
+        dbapi.autocommit = False
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):  # a broken connection: the server rolled back
+                dbapi.rollback()
+            raise
+        else:
+            dbapi.commit()
+        finally:
+            with contextlib.suppress(Exception):
+                dbapi.autocommit = True
+
     def unlock_named_by(self, prefix: str) -> sa.Select | None:
         # One array parameter, whatever the number of keys: the statement is compiled once.
         stem = sa.literal(_hash64(prefix), sa.BigInteger())

@@ -121,13 +121,16 @@ class Claims(Keys):
                     "was probably written by hand with a value its column cannot hold: fix the "
                     f"row, then requeue it (dbqueue dead requeue {job_id})"
                 )
-                conn.execute(
-                    sa.update(j)
-                    .where(j.c.id == job_id, j.c.status == Status.AVAILABLE)
-                    .values(status=Status.DEAD, message=message, finished_at=now, updated_at=now)
-                )
-                if keyed[2] is not None:  # it headed its key's line (it was available)
-                    self.release_key(conn, keyed[0], keyed[1], int(keyed[2]), job_id)
+                with self.dialect.statements_together(conn):  # its death frees its key
+                    conn.execute(
+                        sa.update(j)
+                        .where(j.c.id == job_id, j.c.status == Status.AVAILABLE)
+                        .values(
+                            status=Status.DEAD, message=message, finished_at=now, updated_at=now
+                        )
+                    )
+                    if keyed[2] is not None:  # it headed its key's line (it was available)
+                        self.release_key(conn, keyed[0], keyed[1], int(keyed[2]), job_id)
                 found += 1
         return found
 

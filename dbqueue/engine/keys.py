@@ -17,8 +17,10 @@ EXISTS`` at claim time" designs slow down as the line grows). The busy-keys tabl
 - A keyed row inserted by plain SQL (``key`` set, ``key_seq`` NULL) takes its place when a
   claim first meets it, in the claim's transaction (``admit``).
 
-Every transition that changes which job of a key is claimable takes the key's row lock first,
-so promotion, enqueue and cancellation of one key are serialised.
+Every transition that changes which job of a key is claimable takes the key's row lock first
+and holds it to its commit, so promotion, enqueue and cancellation of one key are serialised:
+where a lock-based claim or outcome lets each statement commit on its own, the transition's
+statements are still one transaction (``Dialect.statements_together``).
 """
 
 from __future__ import annotations
@@ -170,6 +172,14 @@ class Keys(EngineBase):
     def _promote_next(self, conn: Connection, queue: str, key: str, job_id: int) -> int | None:
         """Someone joined the line of a head that ended: make the next blocked job available
         (or delete the key's row if every one was cancelled); its id, or None."""
+        # The row lock is held to the end even where the outcome's statements would each
+        # commit on their own: a job joining between the look and the delete would be lost.
+        with self.dialect.statements_together(conn):
+            return self._promote_next_locked(conn, queue, key, job_id)
+
+    def _promote_next_locked(
+        self, conn: Connection, queue: str, key: str, job_id: int
+    ) -> int | None:
         k, j = self.tables.keys, self.jobs
         where = [k.c.queue == queue, k.c["key"] == key]
         # Someone joined the line: lock the key's row (enqueues of the key now wait), then look.
@@ -211,14 +221,15 @@ class Keys(EngineBase):
         """``exclusive`` mode: a failed attempt gives up the key and joins the back of its
         line (it heads it again at once if nobody waits)."""
         assert job.key is not None and job.key_seq is not None
-        self.release_key(conn, job.queue, job.key, job.key_seq, job.id)
-        place = self.take_places(conn, job.queue, job.key, 1)
         j = self.jobs
-        conn.execute(
-            sa.update(j)
-            .where(j.c.id == job.id)
-            .values(key_seq=place, status=Status.AVAILABLE if place == 1 else Status.BLOCKED)
-        )
+        with self.dialect.statements_together(conn):  # as admit: place and row together
+            self.release_key(conn, job.queue, job.key, job.key_seq, job.id)
+            place = self.take_places(conn, job.queue, job.key, 1)
+            conn.execute(
+                sa.update(j)
+                .where(j.c.id == job.id)
+                .values(key_seq=place, status=Status.AVAILABLE if place == 1 else Status.BLOCKED)
+            )
 
     # ---- rows that have no place yet ----------------------------------------------------------
     def admit(self, conn: Connection, jobs: list[Job]) -> list[Job]:
@@ -231,10 +242,13 @@ class Keys(EngineBase):
             if job.key is None or job.key_seq is not None:
                 runnable.append(job)
                 continue
-            job.key_seq = self.take_places(conn, job.queue, job.key, 1)
+            # The place and the row's key_seq commit together: the key's row stays locked
+            # until the row is in the line, where the head's end looks for who is behind it.
+            with self.dialect.statements_together(conn):
+                job.key_seq = self.take_places(conn, job.queue, job.key, 1)
+                self._place(conn, job)
             if job.key_seq == 1:
                 runnable.append(job)
-            self._place(conn, job)
         return runnable
 
     def _place(self, conn: Connection, job: Job) -> None:

@@ -83,15 +83,22 @@ class Outcomes(UniqueKeys):
         fenced = claimed_by is not None
         if fenced:
             params["claimed_by"] = claimed_by
-        changed = self._mark_succeeded(conn, ids, results, messages, params, fenced)
         awaited, keyed, unique = follow_ups
-        if awaited:
+        if keyed or unique:
+            # The mark and the keys it frees commit together, even where the outcome's
+            # statements would each commit on their own: a crash between them would leave a
+            # finished job holding its key's line, or its unique key, for ever.
+            with self.dialect.statements_together(conn):
+                changed = self._mark_succeeded(conn, ids, results, messages, params, fenced)
+                if keyed:
+                    held = [job for job, _ in done if job.key_seq is not None]
+                    self._release_completed(conn, held, changed == len(ids))
+                if unique:
+                    self._release_done(conn, [job for job, _ in done], changed)
+        else:
+            changed = self._mark_succeeded(conn, ids, results, messages, params, fenced)
+        if awaited:  # a notice alone, after the mark, may commit on its own
             self.announce_finished(conn, [job.id for job, _ in done if job.awaited])
-        if keyed:
-            held = [job for job, _ in done if job.key_seq is not None]
-            self._release_completed(conn, held, changed == len(ids))
-        if unique:
-            self._release_done(conn, [job for job, _ in done], changed)
         return changed
 
     def _mark_succeeded(

@@ -22,6 +22,7 @@ from support.backends import effect_rows
 from support.waiting import wait_for
 
 import dbqueue
+from dbqueue.engine.keys import Keys
 from dbqueue.errors import ConfigurationError
 
 pytestmark = pytest.mark.slow
@@ -121,6 +122,7 @@ def test_keyed_jobs_run_one_at_a_time_in_order_across_processes_and_a_killed_hol
             90,
             "every job to succeed",
             log,
+            state=lambda: (backend.jobs(), busy_keys(backend)),
         )
     finally:
         for worker in workers:
@@ -162,6 +164,73 @@ def busy_keys(backend) -> list[tuple]:
 
 def states(backend) -> dict[int, tuple[str, int | None]]:
     return {j["id"]: (j["status"], j["key_seq"]) for j in backend.jobs()}
+
+
+def test_a_hand_written_row_takes_its_place_in_one_transaction(backend, monkeypatch):
+    """The claim that meets a keyed row written by plain SQL gives it its place: the key's new
+    last place and the row's ``key_seq`` must commit together. Committed apart (a lock-based
+    claim on PostgreSQL commits each statement on its own), the head's end between the two
+    found no job behind it, deleted the key's row, and the row stayed blocked for ever."""
+    app = backend.app()
+    ran: list[int] = []
+
+    @app.task("t")
+    def t(job, session):
+        ran.append(job.payload)
+
+    for n in range(3):
+        app.enqueue(None, "t", n, key="c")
+    insert_by_hand(backend, app, task="t", key="c", payload=3)
+    seen_elsewhere: list[int | None] = []
+    place = Keys._place
+
+    def observed_place(self, conn, job) -> None:
+        seen_elsewhere.append(last_place_seen_elsewhere(backend, "c"))
+        place(self, conn, job)
+
+    monkeypatch.setattr(Keys, "_place", observed_place)
+    backend.drain(app)
+    assert seen_elsewhere == [3]  # the place taken was not yet committed alone
+    assert ran == [0, 1, 2, 3]
+    assert busy_keys(backend) == []
+
+
+def test_a_head_s_success_and_its_key_s_release_commit_together(backend, monkeypatch):
+    """A handler that writes nothing lets a lock-based outcome commit each statement on its
+    own (PostgreSQL): the success and the key's release must still commit as one, or a crash
+    between them leaves a finished job holding its key's line for ever."""
+    app = backend.app()
+
+    @app.task("t")
+    def t(job, session):
+        return None
+
+    ids = [app.enqueue(None, "t", n, key=f"k{n % 2}") for n in range(4)]
+    seen_elsewhere: list[str] = []
+    release = Keys.release_keys
+
+    def observed_release(self, conn, jobs) -> None:
+        jobs = list(jobs)
+        seen_elsewhere.extend(backend.status_seen_elsewhere(job.id) for job in jobs)
+        release(self, conn, jobs)
+
+    monkeypatch.setattr(Keys, "release_keys", observed_release)
+    backend.drain(app)
+    assert len(seen_elsewhere) == 4 and "succeeded" not in seen_elsewhere, seen_elsewhere
+    assert [app.get_job(i)["status"] for i in ids] == ["succeeded"] * 4
+    assert busy_keys(backend) == []
+
+
+def last_place_seen_elsewhere(backend, key: str) -> int | None:
+    """The key's ``last_seq`` as another connection sees it (what is committed)."""
+    engine = backend.engine()
+    try:
+        with engine.connect() as conn:
+            table = backend.app().tables.keys
+            found = conn.execute(sa.select(table.c.last_seq).where(table.c["key"] == key))
+            return found.scalar_one_or_none()
+    finally:
+        engine.dispose()
 
 
 def test_a_long_line_behind_a_busy_key_holds_up_no_other_job(database):

@@ -24,6 +24,7 @@ from support.cli_runner import invoke
 from support.waiting import wait_for
 
 import dbqueue
+from dbqueue.engine.unique import UniqueRelease
 
 pytestmark = pytest.mark.slow
 
@@ -160,6 +161,31 @@ def test_skip_replace_and_rerun_while_the_holder_waits(database):
     # Another queue has keys of its own.
     other = app.enqueue(None, "t", {"v": 5}, unique_key="invoice:42", queue="other")
     assert other != first and holder(app, "invoice:42", "other") == other
+
+
+def test_a_holder_s_success_and_its_key_s_release_commit_together(backend, monkeypatch):
+    """As a key's line (test_keys): where the outcome's statements could each commit on their
+    own, the success and the unique key's release still commit as one, or a crash between
+    them leaves the key held by a finished job, turning every later enqueue of it away."""
+    app = backend.app()
+
+    @app.task("t")
+    def t(job, session):
+        return None
+
+    ids = [app.enqueue(None, "t", {"n": n}, unique_key=f"u{n}") for n in range(3)]
+    seen_elsewhere: list[str] = []
+    release = UniqueRelease.release_unique
+
+    def observed_release(self, conn, held) -> None:
+        seen_elsewhere.extend(backend.status_seen_elsewhere(job_id) for _, _, job_id in held)
+        release(self, conn, held)
+
+    monkeypatch.setattr(UniqueRelease, "release_unique", observed_release)
+    backend.drain(app)
+    assert len(seen_elsewhere) == 3 and "succeeded" not in seen_elsewhere, seen_elsewhere
+    assert [app.get_job(i)["status"] for i in ids] == ["succeeded"] * 3
+    assert [holder(app, f"u{n}") for n in range(3)] == [None] * 3
 
 
 def test_keys_are_released_when_the_holder_finishes(backend):

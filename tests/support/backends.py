@@ -240,6 +240,18 @@ class Backend:
     def engine(self) -> sa.Engine:
         return self.app().create_engine()
 
+    def status_seen_elsewhere(self, job_id: int) -> str:
+        """The job's status as another connection sees it (what is committed): read in the
+        middle of a worker's transaction, it tells which of its writes committed apart."""
+        engine = self.engine()
+        try:
+            with engine.connect() as conn:
+                jobs = self.app().tables.jobs
+                found = conn.execute(sa.select(jobs.c.status).where(jobs.c.id == job_id))
+                return str(found.scalar_one())
+        finally:
+            engine.dispose()
+
     def reset(self) -> None:
         """Empty the queue and effects tables between tests."""
         engine = self.engine()

@@ -13,13 +13,16 @@ def wait_for(
     what: str,
     log: Path | None = None,
     interval: float = 0.05,
+    state: Callable[[], object] | None = None,
 ) -> None:
     """Return once ``predicate()`` is true; fail after ``timeout`` seconds naming ``what``
-    (with the end of ``log`` when given)."""
+    (with the end of ``log`` when given, and what ``state()`` shows then: a flaky wait is
+    diagnosed from its one failure)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(interval)
     tail = f"\n--- log ---\n{log.read_text()[-4000:]}" if log and log.exists() else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}{tail}")
+    shown = f"\n--- state ---\n{state()!r}" if state is not None else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{shown}{tail}")
