@@ -6,9 +6,10 @@
 A worker process (concurrency 1) waits idle; this process makes ``calls`` calls one after the
 other, ``gap`` seconds apart, each ``app.call("echo", {...})`` — a transaction of its own for
 the enqueue, then the wait for the result — and times each from the call to its return. The
-worker is woken as W2's is (NOTIFY on PostgreSQL, polling on MariaDB and SQLite, the lock
-server's push with ``--strategy lock_server``); the caller is woken by the job's announced end
-(NOTIFY, the lock server) or polls (5 ms growing to 200 ms). W2, the wake-up latency alone, runs
+worker is woken as W2's is (NOTIFY on PostgreSQL, polling on MariaDB, a watch of the
+database's commits on SQLite, the lock server's push with ``--strategy lock_server``); the
+caller is woken by the job's announced end (NOTIFY, the lock server), or polls (5 ms growing to
+200 ms), on SQLite beside a watch of the commits that reads at once after each. W2, the wake-up latency alone, runs
 next to it with the same number of jobs unless ``--no-w2``.
 """
 
@@ -104,6 +105,8 @@ def _wake_up(database: str, strategy: str | None) -> str:
         return "lock-server push both ways"
     if database == "postgresql":
         return "LISTEN/NOTIFY both ways"
+    if database == "sqlite":
+        return "commit watch both ways, polls beside it"
     return "polling both ways"
 
 

@@ -121,6 +121,8 @@ def _run(database: str, jobs: int, gap: float, strategy: str | None, server: str
 def _wake_up(database: str, strategy: str | None) -> str:
     if strategy == "lock_server":
         return "lock-server push (enqueue hint)"
+    if database == "sqlite":
+        return "commit watch (data_version), adaptive polling"
     return "LISTEN/NOTIFY" if database == "postgresql" else "adaptive polling"
 
 

@@ -78,16 +78,17 @@ class FinishWaiters:
         """Be woken when ``job_id`` may have finished, from now until the block ends (enter it
         before the enqueue commits, so that no announcement can come too early)."""
         hints = self._waker.lock_server_client()
-        pushes = self._push_database() is not None
-        watch = _Watch(pushed=pushes or hints is not None)
+        listener = self._ensure_listener() if self._push_database() is not None else None
+        # A watch of every commit (SQLite) wakes the caller early, but its ticks would set the
+        # pace of a call: the short polls go on beside it.
+        exact = listener is not None and listener.pushes
+        watch = _Watch(pushed=exact or hints is not None)
         with self._lock:
             self._watches.setdefault(job_id, []).append(watch)
         subscription = None
-        if not pushes and hints is not None:
+        if listener is None and hints is not None:
             subscription = self._subscribe(hints, job_id, watch)
         try:
-            if pushes:
-                self._ensure_listener()
             yield watch
         finally:
             if subscription is not None:
@@ -104,10 +105,11 @@ class FinishWaiters:
                     self._close_later(LISTENER_IDLE)
 
     def _push_database(self) -> dialects.Dialect | None:
-        """The database's dialect when it pushes announcements (PostgreSQL), else None."""
+        """The database's dialect when it tells callers of finished jobs (PostgreSQL's NOTIFY,
+        SQLite's commit watch), else None."""
         engine = self.context.engine
         dialect = dialects.for_sqlalchemy(engine.dialect)
-        return dialect if dialect.supports_listen_notify else None
+        return dialect if dialect.finishes_pushed else None
 
     def _subscribe(self, client: LockServerClient, job_id: int, watch: _Watch) -> int:
         if not client.connected:
@@ -115,7 +117,7 @@ class FinishWaiters:
         name = results.finished_name(self.context.names.qualified_jobs, job_id)
         return client.subscribe([name], lambda _name: watch.event.set())
 
-    def _ensure_listener(self) -> None:
+    def _ensure_listener(self) -> Notifier:
         with self._lock:
             listener = self._listener
             if listener is None:
@@ -130,6 +132,7 @@ class FinishWaiters:
         listening = getattr(listener, "listening", None)
         if listening is not None:
             listening.wait(LISTEN_READY)  # else: polling covers what it would miss
+        return listener
 
     def _finished(self, job_ids: list[int] | None) -> None:
         """From the listener: these jobs finished (None: any may have, look again)."""
@@ -241,21 +244,25 @@ class ResultCalls:
         watch: _Watch,
         target: Target,
     ) -> Any:
-        """Read the job until it has finished or the deadline passes (None: no deadline)."""
-        delay = FIRST_POLL
+        """Read the job until it has finished or the deadline passes (None: no deadline).
+        A wake-up reads at once but leaves the polls where they were: a commit watch (SQLite)
+        wakes on commits that are not the job's end, which must not push its next read back."""
+        delay, next_poll = FIRST_POLL, 0.0
         while True:
             watch.event.clear()  # an announcement from here on makes the wait below return
             state = self._read(job_id, target)
             value = _outcome(state)
             if value is not _NOT_FINISHED:
                 return value
-            remaining = None if deadline is None else deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = None if deadline is None else deadline - now
             if remaining is not None and remaining <= 0:
                 raise _not_finished(state, timeout)
+            if now >= next_poll:
+                next_poll, delay = now + delay, min(MAX_POLL, delay * POLL_GROWTH)
             pushed = watch.pushed and bool(state["awaited"])
-            wait = PUSHED_POLL if pushed else delay
+            wait = PUSHED_POLL if pushed else next_poll - now
             watch.event.wait(wait if remaining is None else min(wait, remaining))
-            delay = min(MAX_POLL, delay * POLL_GROWTH)
 
     def _read(self, job_id: int, target: Target) -> dict[str, Any]:
         with connection_for(target) as conn:

@@ -81,6 +81,11 @@ class Notifier:
     #: True when workers are pushed to (so the fallback poll can be long).
     pushes: bool = False
 
+    @property
+    def wake_mode(self) -> str:
+        """How idle workers learn of work, for the worker's first log line."""
+        return "push wake-ups" if self.pushes else "polling"
+
     def start(self, on_wake: Callable[[], None], queues: Sequence[str] = ()) -> None:
         """Begin delivering pushes for ``queues`` to ``on_wake`` (from a background thread)."""
 

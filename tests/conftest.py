@@ -153,3 +153,9 @@ def async_database(request: pytest.FixtureRequest) -> Iterator[Backend]:
 def postgresql(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """PostgreSQL alone, for what only it has (LISTEN/NOTIFY, schemas)."""
     yield _backend(request, "postgresql-skip_locked")
+
+
+@pytest.fixture
+def sqlite(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """SQLite alone, for what only it has (its commits watched through ``data_version``)."""
+    yield _backend(request, "sqlite-sqlite")

@@ -51,6 +51,9 @@ REVIEWED = {
         "PRAGMA takes no parameters; the value is an int constant"
     ),
     ("dialects/sqlite.py", 'cursor.execute("PRAGMA journal_mode = WAL")'): "constant",
+    ("dialects/sqlite_watch.py", 'conn.execute("PRAGMA data_version")'): (
+        "constant, on the watch's own sqlite3 connection (no SQLAlchemy: a few microseconds)"
+    ),
     ("dialects/singlestore.py", 'cursor.execute("SELECT @@memsql_version")'): (
         "constant: no Core construct for a system variable"
     ),

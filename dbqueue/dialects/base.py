@@ -54,6 +54,8 @@ class Dialect(abc.ABC):
     supports_savepoints: bool = True
     supports_named_locks: bool = False
     supports_listen_notify: bool = False
+    #: a caller waiting for a job's end (``app.call``) is told of it (``finish_listener``).
+    finishes_pushed: bool = False
     #: the database admits one writer at a time (SQLite): a write transaction is exclusive.
     single_writer: bool = False
     #: ALTER TABLE is too limited: Alembic must rebuild tables ("batch" mode, SQLite).
@@ -236,7 +238,8 @@ class Dialect(abc.ABC):
     ) -> Notifier | None:
         """A listener (not started) that calls ``on_finished(job_ids)`` for each announcement
         that awaited jobs finished, and ``on_finished(None)`` whenever announcements may have
-        been missed (it (re)connected); None where the database cannot push."""
+        been missed (it (re)connected; SQLite's commit watch: any commit); None where the
+        database cannot push (``finishes_pushed``)."""
         return None
 
     def json_value(self, value: ColumnElement) -> ColumnElement:

@@ -64,6 +64,7 @@ class PostgresDialect(Dialect):
     supports_skip_locked = True
     supports_named_locks = True
     supports_listen_notify = True
+    finishes_pushed = True
     writes_in_with = True
 
     def now(self) -> ColumnElement:

@@ -22,7 +22,9 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ConfigurationError
+from ..wakeup import Notifier
 from .base import WRITE_INTENT, Dialect, registers_schema, seconds_expression
+from .sqlite_watch import CommitWatcher, FinishWatcher
 
 _CLOCK_FORMAT = "%Y-%m-%d %H:%M:%f"  # UTC, the layout SQLAlchemy stores datetimes in
 BUSY_TIMEOUT_MS = 30_000
@@ -147,6 +149,16 @@ class SQLiteDialect(Dialect):
                 # would be, so "database is locked" past the busy timeout is handled (retried,
                 # a maintenance tick skipped) like the same error from a statement.
                 raise sa.exc.DBAPIError.instance(begin, None, exc, sqlite3.Error) from exc
+
+    def notifier(self, engine: Engine, channel: str) -> Notifier:
+        return CommitWatcher(engine.url)
+
+    finishes_pushed = True
+
+    def finish_listener(
+        self, engine: Engine, channel: str, on_finished: Callable[[list[int] | None], None]
+    ) -> Notifier | None:
+        return FinishWatcher(engine.url, on_finished)
 
     def end_connection(self, engine: Engine, dbapi_connection: Any) -> bool:
         # The stuck thread holds SQLite's write lock (BEGIN IMMEDIATE) until its connection

@@ -310,7 +310,7 @@ class Worker(ClaimLoop, AbandonedThreads):
             self.strategy.name,
             ", ".join(self.queues),
             self.concurrency,
-            "push wake-ups" if self.notifier.pushes else "polling",
+            self.notifier.wake_mode,
         )
 
     def _start_heartbeat(self) -> None:

@@ -14,6 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 from support.idle_worker import IdleWorker
 
+from dbqueue.dialects.sqlite_watch import CommitWatcher
+
 
 @pytest.mark.parametrize("target", ["engine", "session", "connection"])
 def test_a_local_enqueue_wakes_this_process_workers_on_commit(backend, target):
@@ -38,6 +40,42 @@ def test_an_insert_from_elsewhere_wakes_postgresql_workers(postgresql):
             job_id = conn.execute(sa.text(f"SELECT max(id) FROM {other.names.jobs}")).scalar()
         running.wait_for(job_id)
         other.engine.dispose()
+
+
+def test_an_insert_from_elsewhere_wakes_sqlite_workers(sqlite):
+    """No NOTIFY: the worker watches the database's commits (``PRAGMA data_version``)."""
+    with IdleWorker(sqlite.app(), sqlite.strategy) as running:
+        other = sqlite.app()
+        with other.engine.begin() as conn:
+            conn.execute(sa.text(f"INSERT INTO {other.names.jobs} (task) VALUES ('wake')"))
+            job_id = conn.execute(sa.text(f"SELECT max(id) FROM {other.names.jobs}")).scalar()
+        running.wait_for(job_id)
+        other.engine.dispose()
+
+
+def test_the_sqlite_watch_sees_changes_not_empty_claims(sqlite):
+    """What wakes an idle SQLite worker: a commit that changed the database, from any
+    connection; not an idle worker's claim that found nothing (it changes no page), so idle
+    workers never wake one another."""
+    app = sqlite.app()
+
+    @app.task("t")
+    def t(job, session):
+        return None
+
+    watch = CommitWatcher(app.engine.url)
+    watch.open()
+    try:
+        assert not watch.changed()
+        sqlite.run_worker(app)  # claims on an empty queue
+        assert not watch.changed()
+        app.enqueue(None, "t", {})
+        assert watch.changed()
+        assert not watch.changed()  # seen once
+        sqlite.run_worker(app)
+        assert watch.changed()  # the job ran: its success was committed
+    finally:
+        watch.close()
 
 
 def test_the_listener_reconnects_after_losing_its_connection(postgresql):
