@@ -78,9 +78,11 @@ class FinishWaiters:
         """Be woken when ``job_id`` may have finished, from now until the block ends (enter it
         before the enqueue commits, so that no announcement can come too early)."""
         hints = self._waker.lock_server_client()
-        listener = self._ensure_listener() if self._push_database() is not None else None
-        # A watch of every commit (SQLite) wakes the caller early, but its ticks would set the
-        # pace of a call: the short polls go on beside it.
+        dialect = self._push_database()
+        # The lock server's push names the job; a watch of every commit (SQLite) only says "look
+        # again", and its ticks would set the pace of a call: the short polls go on beside it.
+        wanted = dialect is not None and (hints is None or dialect.supports_listen_notify)
+        listener = self._ensure_listener() if wanted else None
         exact = listener is not None and listener.pushes
         watch = _Watch(pushed=exact or hints is not None)
         with self._lock:

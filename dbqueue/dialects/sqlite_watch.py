@@ -96,7 +96,7 @@ class CommitWatcher(Notifier):
                 while not self._stop.wait(CHECK_INTERVAL * random.uniform(0.5, 1.5)):
                     if self.changed():
                         on_wake()
-            except sqlite3.Error as exc:
+            except Exception as exc:  # only an optimisation: the polls go on meanwhile
                 self.listening.clear()
                 log.warning("watching SQLite commits failed (%s); retrying in %.1fs", exc, backoff)
                 self._stop.wait(backoff)

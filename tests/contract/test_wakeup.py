@@ -13,8 +13,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 from support.idle_worker import IdleWorker
+from support.waiting import wait_for
 
-from dbqueue.dialects.sqlite_watch import CommitWatcher
+from dbqueue.dialects.sqlite_watch import CommitWatcher, FinishWatcher
 
 
 @pytest.mark.parametrize("target", ["engine", "session", "connection"])
@@ -76,6 +77,24 @@ def test_the_sqlite_watch_sees_changes_not_empty_claims(sqlite):
         assert watch.changed()  # the job ran: its success was committed
     finally:
         watch.close()
+
+
+def test_a_sqlite_caller_is_told_to_look_again_after_a_commit_elsewhere(sqlite):
+    """``app.call`` on SQLite: the caller's watch says "look again" after a commit by any other
+    connection (a worker's completion among them), besides its own polls."""
+    app = sqlite.app()
+    told: list[list[int] | None] = []
+    watch = FinishWatcher(app.engine.url, told.append)
+    watch.start()
+    try:
+        assert watch.listening.wait(10)
+        wait_for(lambda: told, 10, "the watch's first look")  # after connecting: look once
+        told.clear()
+        sqlite.app().enqueue(None, "t", {})  # another App: a commit from another connection
+        wait_for(lambda: told, 10, "the watch to see the commit")
+        assert set(map(repr, told)) == {"None"}
+    finally:
+        watch.stop()
 
 
 def test_the_listener_reconnects_after_losing_its_connection(postgresql):
