@@ -124,39 +124,15 @@ class Keys(EngineBase):
 
     # ---- the head's end -----------------------------------------------------------------------
     def release_keys(self, conn: Connection, jobs: Iterable[Job]) -> None:
-        """Release the keys these jobs (heads of their lines) held: one DELETE for all the
-        idle keys (the common case), then the lines someone joined, one by one."""
+        """Release the keys these jobs (heads of their lines) held, in sorted (queue, key)
+        order: the order an enqueue of many keys takes their rows in (``places_of``), so the
+        two wait for each other instead of deadlocking. (One DELETE for all the idle keys
+        locked its rows in the order the database found them, and deadlocked with such an
+        enqueue.)"""
         heads = [job for job in jobs if job.key is not None and job.key_seq is not None]
-        if len(heads) == 1:
-            job = heads[0]
+        heads.sort(key=lambda job: (job.queue, job.key))
+        for job in heads:
             self.release_key(conn, job.queue, job.key, job.key_seq, job.id)  # type: ignore[arg-type]
-            return
-        if not heads:
-            return
-        size = len(heads)
-        stmt = self.statement(f"keys:drop_many:{size}", lambda: self._build_drop_many(size))
-        params: dict[str, Any] = {}
-        for i, job in enumerate(heads):
-            params.update({f"q_{i}": job.queue, f"k_{i}": job.key, f"s_{i}": job.key_seq})
-        if self.compiled(stmt).rowcount(conn, params) == size:
-            return
-        for job in heads:  # a line whose row is gone was idle: nothing to do for it
-            self._promote_next(conn, job.queue, job.key, job.id)  # type: ignore[arg-type]
-
-    def _build_drop_many(self, size: int) -> sa.Delete:
-        k = self.tables.keys
-        return sa.delete(k).where(
-            sa.or_(
-                *(
-                    sa.and_(
-                        k.c.queue == sa.bindparam(f"q_{i}", type_=k.c.queue.type),
-                        k.c["key"] == sa.bindparam(f"k_{i}", type_=k.c["key"].type),
-                        k.c.last_seq == sa.bindparam(f"s_{i}", type_=sa.BigInteger()),
-                    )
-                    for i in range(size)
-                )
-            )
-        )
 
     def release_key(
         self, conn: Connection, queue: str, key: str, seq: int, job_id: int
@@ -237,19 +213,18 @@ class Keys(EngineBase):
         in the claim's transaction; returns the jobs that may run (those heading their line)."""
         if all(job.key is None or job.key_seq is not None for job in jobs):
             return jobs
-        runnable = []
-        for job in jobs:
-            if job.key is None or job.key_seq is not None:
-                runnable.append(job)
-                continue
+        # Keys in sorted order, as an enqueue takes them (a stable sort: a key's own jobs keep
+        # their claim order).
+        placeless = [job for job in jobs if job.key is not None and job.key_seq is None]
+        for job in sorted(placeless, key=lambda job: (job.queue, job.key)):
+            assert job.key is not None
             # The place and the row's key_seq commit together: the key's row stays locked
             # until the row is in the line, where the head's end looks for who is behind it.
             with self.dialect.statements_together(conn):
                 job.key_seq = self.take_places(conn, job.queue, job.key, 1)
                 self._place(conn, job)
-            if job.key_seq == 1:
-                runnable.append(job)
-        return runnable
+        waiting = {id(job) for job in placeless if job.key_seq != 1}
+        return [job for job in jobs if id(job) not in waiting]
 
     def _place(self, conn: Connection, job: Job) -> None:
         j = self.jobs
