@@ -1,8 +1,8 @@
 """Idle workers wake when work arrives, without waiting for their poll.
 
 Each worker here polls once an hour: a job done within the test's (generous) deadline can only
-have been picked up by a wake-up — in-process after a local enqueue commits, or by PostgreSQL's
-NOTIFY for an insert from anywhere else.
+have been picked up by a wake-up — in-process after a local enqueue commits, or for an insert
+from anywhere else by PostgreSQL's NOTIFY or SQLite's commit watch.
 """
 
 from __future__ import annotations
@@ -33,20 +33,13 @@ def test_a_local_enqueue_wakes_this_process_workers_on_commit(backend, target):
         running.wait_for(job_id)
 
 
-def test_an_insert_from_elsewhere_wakes_postgresql_workers(postgresql):
-    with IdleWorker(postgresql.app(), postgresql.strategy) as running:
-        other = postgresql.app()  # another App: no in-process wake-up reaches the worker
-        with other.engine.begin() as conn:
-            conn.execute(sa.text(f"INSERT INTO {other.names.jobs} (task) VALUES ('wake')"))
-            job_id = conn.execute(sa.text(f"SELECT max(id) FROM {other.names.jobs}")).scalar()
-        running.wait_for(job_id)
-        other.engine.dispose()
-
-
-def test_an_insert_from_elsewhere_wakes_sqlite_workers(sqlite):
-    """No NOTIFY: the worker watches the database's commits (``PRAGMA data_version``)."""
-    with IdleWorker(sqlite.app(), sqlite.strategy) as running:
-        other = sqlite.app()
+@pytest.mark.parametrize("database_name", ["postgresql", "sqlite"])
+def test_an_insert_from_elsewhere_wakes_workers(request, database_name):
+    """PostgreSQL's insert trigger NOTIFYs; SQLite's workers watch the database's commits
+    (``PRAGMA data_version``). MariaDB only polls."""
+    database = request.getfixturevalue(database_name)
+    with IdleWorker(database.app(), database.strategy) as running:
+        other = database.app()  # another App: no in-process wake-up reaches the worker
         with other.engine.begin() as conn:
             conn.execute(sa.text(f"INSERT INTO {other.names.jobs} (task) VALUES ('wake')"))
             job_id = conn.execute(sa.text(f"SELECT max(id) FROM {other.names.jobs}")).scalar()
