@@ -105,5 +105,51 @@ class Notifier:
         this: the engine sends it inside the transaction."""
 
 
+#: Seconds before a served notifier's first reconnect, doubling up to MAX_BACKOFF.
+FIRST_BACKOFF = 0.5
+MAX_BACKOFF = 30.0
+
+
+class ServedNotifier(Notifier):
+    """A notifier served by a thread of its own over a connection of its own (PostgreSQL's
+    LISTEN, SQLite's commit watch). The thread reconnects with backoff when the connection
+    fails, and ``listening`` is set while it is served: a lost connection costs wake-ups
+    (the polls go on), never jobs."""
+
+    #: What a failed connection's warning calls it.
+    serves = "the notifier's connection"
+
+    def __init__(self) -> None:
+        self.listening = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._backoff = FIRST_BACKOFF
+
+    def _start_serving(self, serve: Callable[[], None], name: str) -> None:
+        """Run ``serve`` in a thread until stopped. ``serve`` connects, calls ``_connected``,
+        delivers until ``_stop`` is set, and closes; it raises when its connection fails."""
+        self._thread = threading.Thread(target=self._serve, args=(serve,), name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _connected(self) -> None:
+        self._backoff = FIRST_BACKOFF
+        self.listening.set()
+
+    def _serve(self, serve: Callable[[], None]) -> None:
+        while not self._stop.is_set():
+            try:
+                serve()
+            except Exception as exc:
+                self.listening.clear()
+                log.warning("%s failed (%s); retrying in %.1fs", self.serves, exc, self._backoff)
+                self._stop.wait(self._backoff)
+                self._backoff = min(MAX_BACKOFF, self._backoff * 2)
+
+
 class PollingOnly(Notifier):
     """No push channel: workers poll, faster while busy, slower while idle."""

@@ -11,33 +11,29 @@ from __future__ import annotations
 
 import logging
 import select
-import threading
 from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from .. import results
-from ..wakeup import Notifier
+from ..wakeup import ServedNotifier
 
 log = logging.getLogger("dbqueue.wakeup")
 
-MAX_BACKOFF = 30.0
 
-
-class PgNotifier(Notifier):
+class PgNotifier(ServedNotifier):
     """Wakes a worker's idle threads for each notification of an insert (its payload: the
     queue); notices that awaited jobs finished (``dbqueue.results``) are for callers, not
     workers, and wake nobody here."""
 
     pushes = True
+    serves = "the LISTEN connection"
 
     def __init__(self, engine: Engine, channel: str) -> None:
+        super().__init__()
         self.engine = engine
         self.channel = channel
-        self.listening = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def start(self, on_wake: Callable[[], None], queues: Sequence[str] = ()) -> None:
         def deliver(payloads: list[str] | None) -> None:
@@ -47,15 +43,7 @@ class PgNotifier(Notifier):
         self._start(deliver)
 
     def _start(self, deliver: Callable[[list[str] | None], None]) -> None:
-        self._thread = threading.Thread(
-            target=self._listen, args=(deliver,), name="dbqueue-listen", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self._start_serving(lambda: self._listen(deliver), "dbqueue-listen")
 
     def notify(self, conn: Connection, queues: Sequence[str]) -> int:
         for queue in queues:
@@ -63,42 +51,32 @@ class PgNotifier(Notifier):
         return len(queues)
 
     def _listen(self, deliver: Callable[[list[str] | None], None]) -> None:
-        """Listen until stopped; ``deliver`` gets each round's payloads, and None after each
-        (re)connect: anything may have happened while nobody listened."""
-        backoff = 0.5
-        while not self._stop.is_set():
-            dbapi = None
+        """One connection's LISTEN, until stopped; ``deliver`` gets each round's payloads, and
+        None once connected: anything may have happened while nobody listened."""
+        raw = self.engine.raw_connection()
+        dbapi = raw.driver_connection
+        try:
+            raw.detach()  # never back to the pool in LISTEN state
+            dbapi.autocommit = True
+            quoted = self.engine.dialect.identifier_preparer.quote_identifier(self.channel)
+            with dbapi.cursor() as cursor:
+                cursor.execute(f"LISTEN {quoted}")  # no Core construct for LISTEN
+            log.debug("listening on %s", quoted)
+            self._connected()
+            deliver(None)
+            while not self._stop.is_set():
+                ready, _, _ = select.select([dbapi], [], [], 1.0)
+                if ready:
+                    dbapi.poll()
+                    if dbapi.notifies:
+                        payloads = [n.payload for n in dbapi.notifies]
+                        dbapi.notifies.clear()
+                        deliver(payloads)
+        finally:
             try:
-                raw = self.engine.raw_connection()
-                dbapi = raw.driver_connection
-                raw.detach()  # never back to the pool in LISTEN state
-                dbapi.autocommit = True
-                quoted = self.engine.dialect.identifier_preparer.quote_identifier(self.channel)
-                with dbapi.cursor() as cursor:
-                    cursor.execute(f"LISTEN {quoted}")  # no Core construct for LISTEN
-                log.debug("listening on %s", quoted)
-                self.listening.set()
-                deliver(None)  # anything that happened while we were not listening
-                backoff = 0.5
-                while not self._stop.is_set():
-                    ready, _, _ = select.select([dbapi], [], [], 1.0)
-                    if ready:
-                        dbapi.poll()
-                        if dbapi.notifies:
-                            payloads = [n.payload for n in dbapi.notifies]
-                            dbapi.notifies.clear()
-                            deliver(payloads)
-            except Exception as exc:  # connection lost: reconnect with backoff
-                self.listening.clear()
-                log.warning("LISTEN connection failed (%s); retrying in %.1fs", exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(MAX_BACKOFF, backoff * 2)
-            finally:
-                if dbapi is not None:
-                    try:
-                        dbapi.close()
-                    except Exception:
-                        log.debug("closing the LISTEN connection failed", exc_info=True)
+                dbapi.close()
+            except Exception:
+                log.debug("closing the LISTEN connection failed", exc_info=True)
 
 
 class PgFinishListener(PgNotifier):

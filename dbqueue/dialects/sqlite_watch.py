@@ -15,51 +15,37 @@ do not wake one another.
 
 from __future__ import annotations
 
-import logging
 import random
 import sqlite3
-import threading
 from collections.abc import Callable, Sequence
 
 from sqlalchemy.engine import URL
 
-from ..wakeup import Notifier
-
-log = logging.getLogger("dbqueue.wakeup")
+from ..wakeup import ServedNotifier
 
 #: Mean seconds between two reads of the version: half of it is the mean wait it adds to a
 #: wake-up.
 CHECK_INTERVAL = 0.01
-MAX_BACKOFF = 30.0
 
 
-class CommitWatcher(Notifier):
+class CommitWatcher(ServedNotifier):
     """Wakes a worker's idle threads after any commit by another connection. ``pushes`` stays
     False: the fallback poll keeps its short interval, since nothing here sees a job fall due."""
+
+    serves = "watching SQLite's commits"
 
     @property
     def wake_mode(self) -> str:
         return "polling, woken by commits (PRAGMA data_version)"
 
     def __init__(self, url: URL) -> None:
+        super().__init__()
         self.url = url
-        #: Set while the version is being watched (callers wait for it, as for a LISTEN).
-        self.listening = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
         self._version = 0
 
     def start(self, on_wake: Callable[[], None], queues: Sequence[str] = ()) -> None:
-        self._thread = threading.Thread(
-            target=self._watch, args=(on_wake,), name="dbqueue-watch", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self._start_serving(lambda: self._watch(on_wake), "dbqueue-watch")
 
     def open(self) -> None:
         """Connect, and take the version as it is now."""
@@ -82,27 +68,19 @@ class CommitWatcher(Notifier):
             self._conn = None
 
     def _watch(self, on_wake: Callable[[], None]) -> None:
-        """Look until stopped; wake after each change, and after each (re)connect: anything may
-        have been committed while nobody watched."""
-        backoff = 0.5
-        while not self._stop.is_set():
-            try:
-                self.open()
-                self.listening.set()
-                on_wake()
-                backoff = 0.5
-                # Jittered: two processes watching on the same beat (a caller of app.call and
-                # its worker) would lock in phase, each commit landing just after a look.
-                while not self._stop.wait(CHECK_INTERVAL * random.uniform(0.5, 1.5)):
-                    if self.changed():
-                        on_wake()
-            except Exception as exc:  # only an optimisation: the polls go on meanwhile
-                self.listening.clear()
-                log.warning("watching SQLite commits failed (%s); retrying in %.1fs", exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(MAX_BACKOFF, backoff * 2)
-            finally:
-                self.close()
+        """One connection's watch, until stopped; a wake after each change, and once connected:
+        anything may have been committed while nobody watched."""
+        try:
+            self.open()
+            self._connected()
+            on_wake()
+            # Jittered: two processes watching on the same beat (a caller of app.call and its
+            # worker) would lock in phase, each commit landing just after a look.
+            while not self._stop.wait(CHECK_INTERVAL * random.uniform(0.5, 1.5)):
+                if self.changed():
+                    on_wake()
+        finally:
+            self.close()
 
 
 class FinishWatcher(CommitWatcher):

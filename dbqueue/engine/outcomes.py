@@ -4,6 +4,7 @@ payload to its dead handler."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -84,19 +85,17 @@ class Outcomes(UniqueKeys):
         if fenced:
             params["claimed_by"] = claimed_by
         awaited, keyed, unique = follow_ups
-        if keyed or unique:
-            # The mark and the keys it frees commit together, even where the outcome's
-            # statements would each commit on their own: a crash between them would leave a
-            # finished job holding its key's line, or its unique key, for ever.
-            with self.dialect.statements_together(conn):
-                changed = self._mark_succeeded(conn, ids, results, messages, params, fenced)
-                if keyed:
-                    held = [job for job, _ in done if job.key_seq is not None]
-                    self._release_completed(conn, held, changed == len(ids))
-                if unique:
-                    self._release_done(conn, [job for job, _ in done], changed)
-        else:
+        # The mark and the keys it frees commit together, even where the outcome's statements
+        # would each commit on their own: a crash between them would leave a finished job
+        # holding its key's line, or its unique key, for ever.
+        frees_keys = keyed or unique
+        with self.dialect.statements_together(conn) if frees_keys else contextlib.nullcontext():
             changed = self._mark_succeeded(conn, ids, results, messages, params, fenced)
+            if keyed:
+                held = [job for job, _ in done if job.key_seq is not None]
+                self._release_completed(conn, held, changed == len(ids))
+            if unique:
+                self._release_done(conn, [job for job, _ in done], changed)
         if awaited:  # a notice alone, after the mark, may commit on its own
             self.announce_finished(conn, [job.id for job, _ in done if job.awaited])
         return changed
