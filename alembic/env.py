@@ -8,6 +8,6 @@ Options: -x url=… (else DBQUEUE_URL, else the seed's DB_* variables, else sqli
 
 from alembic import context
 
-from dbqueue.migrate import run_migrations
+from dbqueue.migrations.migrate import run_migrations
 
 run_migrations(context)

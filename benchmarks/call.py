@@ -9,8 +9,8 @@ the enqueue, then the wait for the result — and times each from the call to it
 worker is woken as W2's is (NOTIFY on PostgreSQL, polling on MariaDB, a watch of the
 database's commits on SQLite, the lock server's push with ``--strategy lock_server``); the
 caller is woken by the job's announced end (NOTIFY, the lock server), or polls (5 ms growing to
-200 ms), on SQLite beside a watch of the commits that reads at once after each. W2, the wake-up latency alone, runs
-next to it with the same number of jobs unless ``--no-w2``.
+200 ms), on SQLite beside a watch of the commits that reads at once after each. W2, the
+wake-up latency alone, runs next to it with the same number of jobs unless ``--no-w2``.
 """
 
 from __future__ import annotations

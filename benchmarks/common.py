@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import dbqueue
-from dbqueue import migrate
+from dbqueue.migrations import migrate
 
 URLS = {
     "postgresql": os.environ.get(

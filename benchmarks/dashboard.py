@@ -27,9 +27,9 @@ import sqlalchemy as sa
 
 import dbqueue
 from benchmarks.common import URLS, fresh_app, save, summary_ms
-from dbqueue import migrate
 from dbqueue.dashboard import create_app
 from dbqueue.dashboard import queries as dq
+from dbqueue.migrations import migrate
 
 PREFIX = "benchdash_"
 CHUNK = 10_000

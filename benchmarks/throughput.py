@@ -52,7 +52,7 @@ from sqlalchemy.orm import Session
 
 from benchmarks import ceiling
 from benchmarks.common import PREFIX, URLS, fresh_app, lock_server, machine, save, server_version
-from dbqueue import payload as payload_codec
+from dbqueue.base import payload as payload_codec
 
 HERE = Path(__file__).resolve().parent
 

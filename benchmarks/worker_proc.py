@@ -28,8 +28,8 @@ from typing import Any
 import sqlalchemy as sa
 
 import dbqueue
-from dbqueue import logs
-from dbqueue.limits import parse_queue_limits
+from dbqueue.base.limits import parse_queue_limits
+from dbqueue.cli import logs
 
 
 def rss_kib() -> int:
@@ -127,7 +127,7 @@ def build_worker(args: argparse.Namespace, samples: list[tuple[int, int]]) -> db
     app.task("noop")(async_noop if args.async_handlers else noop)
 
     if args.metrics:
-        from dbqueue import metrics
+        from dbqueue.observability import metrics
 
         metrics.instrument(app)
     extra = {}

@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .errors import ConfigurationError
+from dbqueue.errors import ConfigurationError
 
 #: Where the queue lives when nothing names a database: a SQLite file in the working directory.
 DEFAULT_SQLITE_FILE = "dbqueue.db"

@@ -57,8 +57,8 @@ class ItemAccess:
 
     A name in ``ITEM_ALIASES`` resolves through it (an attribute name, or a function of the
     object); any other must be one of ``ITEM_NAMES``, the attributes that mirror the table's
-    columns. The core leaves the aliases empty: ``dbqueue.compat`` fills in the seed's column
-    names, so the core knows nothing of them.
+    columns. The aliases are the seed's column names (``SEED_JOB_KEYS`` below; a Subscription's
+    in its class), for code ported from the seed.
     """
 
     __slots__ = ()
@@ -349,3 +349,89 @@ def _bad_max_attempts(value: Any) -> None:
 
 
 RowReader = Callable[[Any, int], Job]
+
+
+# ---- the seed's column names (nsj-queue-lib) ----------------------------------------------
+# The seed handed handlers the queue row as a dict keyed by its table's columns. dbqueue keeps
+# one row per job where the seed kept one row per attempt, so a few of those columns are derived
+# from several attributes. ``job["mensagem"]`` answers through this table.
+
+#: The ``subscription_id`` of a publication's own row (finished from the start; its deliveries
+#: carry their subscription's id).
+PUBLICATION_MARKER = "*"
+
+#: dbqueue's status → the seed's word. ``available`` depends on the job (see ``seed_status``);
+#: a dead job's last attempt failed (``estouro_tentativas`` says attempts ran out); the seed
+#: could not cancel, so ``cancelada`` is dbqueue's own word.
+STATUS_WORDS: Mapping[str, str] = {
+    Status.RUNNING: "processando",
+    Status.SUCCEEDED: "sucesso",
+    Status.DEAD: "falha",
+    Status.CANCELLED: "cancelada",
+    Status.FAILED: "falha",  # previous_status of a failed attempt
+}
+
+
+def _claimed(job: Job) -> bool:
+    """Handed to a handler: running, or claimed in a transaction that leaves the row
+    ``available`` until the outcome is written (the claim time is then set)."""
+    return job.status == Status.RUNNING or (
+        job.status == Status.AVAILABLE and job.started_at is not None
+    )
+
+
+def _in_future(when: dt.datetime | None) -> bool:
+    if when is None:
+        return False
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when > dt.datetime.now(dt.timezone.utc)
+
+
+def seed_status(job: Job) -> str:
+    """``agendada`` (waiting for its time), ``pendente`` (due), ``processando``, ``sucesso``,
+    ``falha`` (dead) or ``cancelada``."""
+    if _claimed(job):
+        return "processando"
+    if job.status == Status.AVAILABLE:
+        return "agendada" if _in_future(job.run_at) else "pendente"
+    return STATUS_WORDS.get(job.status, job.status)
+
+
+def _waiting_for_retry(job: Job) -> bool:
+    return job.status == Status.AVAILABLE and not _claimed(job) and job.previous_status is not None
+
+
+#: Every column of the seed's queue table → a Job attribute, or a function of the Job.
+SEED_JOB_KEYS: Mapping[str, str | Callable[[Job], Any]] = {
+    "id": "id",
+    "id_inicial": "id",  # one row per job: its first attempt is the job itself
+    "data_hora_inicial": lambda job: job.first_attempt_at or job.started_at,
+    "data_hora": "run_at",
+    "origem": "origin",
+    "destino": "destination",
+    "processo": "task",
+    "chave_externa": "external_key",
+    "proxima_tentativa": lambda job: job.run_at if _waiting_for_retry(job) else None,
+    "tentativa": "attempt",
+    "status": seed_status,
+    "reenfileirado": lambda job: False,  # the row is always the latest attempt
+    "estouro_tentativas": lambda job: job.status == Status.DEAD,
+    "mensagem": "message",
+    "id_anterior": lambda job: job.id if job.previous_status is not None else None,
+    "data_hora_anterior": "previous_attempt_at",
+    "status_anterior": lambda job: STATUS_WORDS.get(job.previous_status, job.previous_status),
+    "mensagem_anterior": "previous_message",
+    "payload": "payload",
+    "tenant": "tenant",
+    "grupo_empresarial": "business_group",
+    "payload_hash": "payload_hash",
+    "pub_sub": lambda job: job.subscription_id == PUBLICATION_MARKER,
+    "publication_id": "publication_id",
+    "subscriber_id": "subscription_id",
+    "dead": "dead",
+    "live_id": "live_id",
+    "prioridade": "priority",
+}
+
+Job.ITEM_ALIASES = SEED_JOB_KEYS

@@ -15,7 +15,7 @@ from support.cli_runner import Outcome
 from support.cli_runner import assert_one_line_error as one_line_error
 from support.cli_runner import invoke as in_process
 
-from dbqueue import migrate
+from dbqueue.migrations import migrate
 
 DBQUEUE = str(Path(sys.executable).parent / "dbqueue")
 APP_MODULE = textwrap.dedent(

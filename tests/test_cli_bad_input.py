@@ -11,7 +11,7 @@ from support.backends import PREFIX, drop_queue_tables
 from test_cli import one_line_error, run
 
 import dbqueue
-from dbqueue import migrate
+from dbqueue.migrations import migrate
 
 SPIN_APP = textwrap.dedent(
     """

@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from support.cli_runner import Outcome, assert_one_line_error, invoke, unmigrated_prefix
 from test_cli import APP_MODULE, run
 
-from dbqueue import migrate
-from dbqueue.cli import cli
+from dbqueue.cli.main import cli
+from dbqueue.migrations import migrate
 
 #: Commands that run until stopped: run as processes, so a check that lets one through fails
 #: the test instead of hanging it.

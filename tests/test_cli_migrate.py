@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from support.cli_runner import assert_one_line_error, invoke, unmigrated_prefix
 
 import dbqueue
-from dbqueue import migrate
+from dbqueue.migrations import migrate
 
 HEAD = migrate.head_revision()
 

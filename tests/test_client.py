@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 import dbqueue
-from dbqueue.client import job_for_task, plain_rows
+from dbqueue.base.payload import EncodedPayload
 from dbqueue.engine.records import flat_values, new_jobs
 from dbqueue.errors import PayloadError, UnsafeIdentifierError
-from dbqueue.payload import EncodedPayload
+from dbqueue.runtime.enqueue import job_for_task, plain_rows
 
 PAYLOADS = [None, {}, {"n": 1}, {"b": [1, 2.5, "é"], "a": None}, "text", 0, [{"z": 1, "a": 2}]]
 

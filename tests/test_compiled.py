@@ -11,10 +11,10 @@ import pickle
 import pytest
 import sqlalchemy as sa
 
-from dbqueue import compiled as compiled_module
-from dbqueue.compiled import CompiledStatement
+from dbqueue.engine import compiled as compiled_module
+from dbqueue.engine.compiled import CompiledStatement
 from dbqueue.job import LAZY, ROW_FIELDS, Job, Status, row_reader
-from dbqueue.sqltypes import UtcDateTime
+from dbqueue.schema.types import UtcDateTime
 
 
 @pytest.fixture(params=["cursor", "fallback"])
@@ -233,8 +233,8 @@ def test_payloads_reach_the_driver_as_exact_str(dialect_name):
     MRO), with the same text; a payload not yet encoded is encoded."""
     from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-    from dbqueue.payload import EncodedPayload
-    from dbqueue.sqltypes import JsonText, NativeJson
+    from dbqueue.base.payload import EncodedPayload
+    from dbqueue.schema.types import JsonText, NativeJson
 
     dialect = {"sqlite": sqlite, "postgresql": postgresql, "mysql": mysql}[dialect_name].dialect()
     for column_type in (JsonText(), NativeJson("JSONB")):

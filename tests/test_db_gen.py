@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from support.backends import PREFIX
 
 import dbqueue
-from dbqueue import db_gen
+from dbqueue.compat import db_gen
 
 SCHEMA = f"dbgen_{PREFIX.rstrip('_')}"
 QUEUE = "fila_teste"

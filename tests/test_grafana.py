@@ -13,9 +13,9 @@ import pytest
 from support.http_server import Recorded, RecordingServer, closed_port
 
 import dbqueue
-from dbqueue import migrate
 from dbqueue.errors import ConfigurationError
-from dbqueue.grafana import PUSH_PATH, LokiShipper, push_url
+from dbqueue.migrations import migrate
+from dbqueue.worker.loki import PUSH_PATH, LokiShipper, push_url
 
 log = logging.getLogger("tests.grafana")
 

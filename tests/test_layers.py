@@ -18,94 +18,24 @@ from __future__ import annotations
 
 import ast
 import textwrap
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 from collections import deque
 from pathlib import Path
 
 import pytest
 
-# The layer order, top to bottom. A module belongs to the layer of the longest entry that equals
-# its name or is a package prefix of it ("dbqueue.lockserver" covers "dbqueue.lockserver.client",
-# while "dbqueue.lockserver.serve" takes that one module up to the worker layer). The entry that
-# names the top-level package itself ("dbqueue") covers only the package's __init__, not the
-# modules under it. Entries for modules that do not exist (yet) are harmless.
+# The layer order, top to bottom: pyproject.toml's [tool.dbqueue.layers], the one place it is
+# written (see the comment there for how a module finds its layer).
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 LAYERS: dict[str, tuple[str, ...]] = {
-    # cli: the command line, the demo, and the package __init__ (the public re-exports).
-    "cli": (
-        "dbqueue",
-        "dbqueue.__main__",
-        "dbqueue.cli",
-        "dbqueue.demo",
-        "dbqueue.db_gen",
-        "dbqueue.dashboard",
-    ),
-    # compat: the seed's names (QueueClient, WorkerBase, ...), built on top of the app.
-    "compat": ("dbqueue.compat",),
-    # worker: the worker runtime (threads, event loop, signals, limits) and the lock server process.
-    "worker": ("dbqueue.worker", "dbqueue.lockserver.serve"),
-    # app: the user-facing facade (registration, enqueue/publish, sync and async) and its parts.
-    "app": (
-        "dbqueue.aio",
-        "dbqueue.app",
-        "dbqueue.calls",
-        "dbqueue.cancel_api",
-        "dbqueue.client",
-        "dbqueue.eager",
-        "dbqueue.metrics",
-        "dbqueue.monitoring",
-        "dbqueue.morgue",
-        "dbqueue.publishing",
-        "dbqueue.queues",
-        "dbqueue.registration",
-        "dbqueue.scheduling",
-        "dbqueue.tracing",
-        "dbqueue.wakeups",
-        "dbqueue.writes",
-    ),
-    # runtime: the runtime context (settings, engines, strategy resolution) and maintenance.
-    "runtime": (
-        "dbqueue.runtime",
-        "dbqueue.maintenance",
-        "dbqueue.cancellation",
-        "dbqueue.tenants",
-        "dbqueue.credentials",
-    ),
-    # engine: the job lifecycle in SQLAlchemy Core, compiled statements, migrations (and their
-    # place in an application's own Alembic project), pub/sub.
-    "engine": (
-        "dbqueue.alembic",
-        "dbqueue.engine",
-        "dbqueue.compiled",
-        "dbqueue.migrate",
-        "dbqueue.migrations",
-        "dbqueue.pubsub",
-        "dbqueue.webhooks",
-        "dbqueue.tasks",
-        "dbqueue.hooks",
-        "dbqueue.policy",
-    ),
-    # strategies: how a claim is made exclusive (skip_locked, advisory locks, lock server client).
-    "strategies": ("dbqueue.strategies", "dbqueue.locks", "dbqueue.lockserver"),
-    # dialects: everything that differs per database.
-    "dialects": ("dbqueue.dialects",),
-    # schema: the SQLAlchemy Table objects and the column types they use.
-    "schema": ("dbqueue.schema", "dbqueue.sqltypes"),
-    # base: plain building blocks that import nothing else from dbqueue above them.
-    "base": (
-        "dbqueue.errors",
-        "dbqueue.config",
-        "dbqueue.identifiers",
-        "dbqueue.instruments",
-        "dbqueue.payload",
-        "dbqueue.results",
-        "dbqueue.job",
-        "dbqueue.limits",
-        "dbqueue.retry",
-        "dbqueue.wakeup",
-        "dbqueue.poollog",
-        "dbqueue.logs",
-        "dbqueue.periodic",
-        "dbqueue.grafana",
-    ),
+    layer: tuple(entries)
+    for layer, entries in tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["dbqueue"][
+        "layers"
+    ].items()
 }
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dbqueue"

@@ -16,7 +16,7 @@ import textwrap
 import pytest
 from test_cli import run
 
-from dbqueue.logs import JsonFormatter
+from dbqueue.cli.logs import JsonFormatter
 
 APP_MODULE = textwrap.dedent(
     """

@@ -31,8 +31,8 @@ from alembic.runtime.migration import MigrationContext
 from support.backends import PREFIX, drop_queue_tables
 
 import dbqueue
-from dbqueue import migrate
-from dbqueue.schema import tables_for
+from dbqueue.migrations import migrate
+from dbqueue.schema.tables import tables_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -252,7 +252,9 @@ def test_migrations_create_exactly_the_declared_tables(own):
         )
         diff = compare_metadata(context, metadata)
         diff = [d for d in diff if names.version_table not in repr(d)]
-        assert diff == [], f"migrations differ from dbqueue/schema.py on {engine.dialect.name}"
+        assert diff == [], (
+            f"migrations differ from dbqueue/schema/tables.py on {engine.dialect.name}"
+        )
 
         inspector = sa.inspect(conn)
         for table in metadata.tables.values():

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from dbqueue import payload as payload_codec
+from dbqueue.base import payload as payload_codec
 from dbqueue.errors import PayloadError
 
 #: The encoder as it was before orjson: the reference every path must match.

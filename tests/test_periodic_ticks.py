@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import dbqueue
-from dbqueue.periodic import GRACE_SECONDS, due_ticks, parse_rule
+from dbqueue.tasks.schedules import GRACE_SECONDS, due_ticks, parse_rule
 
 UTC = dt.timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -62,7 +62,7 @@ REVIEWED = {
     ("dialects/singlestore.py", 'cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL'): (
         "constant"
     ),
-    ("compiled.py", "return _ResultCursor(conn.exec_driver_sql(sql, parameters))"): (
+    ("engine/compiled.py", "return _ResultCursor(conn.exec_driver_sql(sql, parameters))"): (
         "the SQL is a Core statement compiled by the connection's dialect; values are bound"
     ),
     ("migrations/versions/0001_jobs_table.py", 'sa.text("finished_at IS NOT NULL")'): (

@@ -17,8 +17,8 @@ from support.http_server import Recorded, RecordingServer
 from support.tenant_dbs import BASE, mysql_databases, notes, postgresql_databases, rows
 
 import dbqueue
-from dbqueue import migrate
 from dbqueue.errors import ConfigurationError
+from dbqueue.migrations import migrate
 
 PASSWORD = "s3cret-account-password"
 DB_PASSWORD = "db-password-never-logged"

@@ -9,8 +9,8 @@ import sqlalchemy as sa
 from support.tenant_dbs import metadata, notes
 
 import dbqueue
-from dbqueue import migrate
 from dbqueue.errors import ConfigurationError
+from dbqueue.migrations import migrate
 
 
 def _tenant_file(tmp_path, tenant) -> str:

@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from support.registry_worker import QUEUE, start_worker
 from support.waiting import wait_for
 
-from dbqueue import tracing
+from dbqueue.observability import tracing
 
 
 def test_consumer_spans_follow_their_producers_through_the_job_row(postgresql, tmp_path):

@@ -28,8 +28,8 @@ from support.backends import Backend
 
 import dbqueue
 import dbqueue.alembic
-from dbqueue import migrate
-from dbqueue.schema import TableNames, tables_for
+from dbqueue.migrations import migrate
+from dbqueue.schema.tables import TableNames, tables_for
 
 BIN = Path(sys.executable).parent
 MODEL = """\

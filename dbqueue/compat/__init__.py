@@ -2,14 +2,10 @@
 
 This package sits on top of the app: it may import any of dbqueue, and nothing in dbqueue's core
 imports it. ``dbqueue`` re-exports its classes, so ``dbqueue.QueueClient`` and
-``dbqueue.compat.QueueClient`` are the same. Importing it makes Job and Subscription answer the
-seed's column names (``job["mensagem"]``, ``subscription["processo"]``).
+``dbqueue.compat.QueueClient`` are the same.
 """
 
-from . import keys
-from .client import QueueClient
-from .workers import DeadSubscriber, Subscriber, WorkerBase, WorkerPubSubBase
-
-keys.install()
+from dbqueue.compat.client import QueueClient
+from dbqueue.compat.workers import DeadSubscriber, Subscriber, WorkerBase, WorkerPubSubBase
 
 __all__ = ["DeadSubscriber", "QueueClient", "Subscriber", "WorkerBase", "WorkerPubSubBase"]

@@ -10,9 +10,9 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from ..app import App
-from ..client import Target
-from .keys import SEED_STATUSES
+from dbqueue.app.facade import App
+from dbqueue.compat.keys import SEED_STATUSES
+from dbqueue.runtime.targets import Target
 
 
 def _aware(value: dt.datetime | None) -> dt.datetime | None:

@@ -15,13 +15,13 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from ..app import App
-from ..errors import AttemptFailed
-from ..identifiers import check_subscription_id
-from ..job import Job
-from ..pubsub import Subscription
-from ..results import Message
-from ..tasks import ANY_TOPIC, TaskDefinition, TenantHandler
+from dbqueue.app.facade import App
+from dbqueue.base.identifiers import check_subscription_id
+from dbqueue.base.results import Message
+from dbqueue.errors import AttemptFailed
+from dbqueue.job import Job
+from dbqueue.pubsub.subscriptions import Subscription
+from dbqueue.tasks.registry import ANY_TOPIC, TaskDefinition, TenantHandler
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -3,6 +3,6 @@
 
 from __future__ import annotations
 
-from .web import create_app, wsgi_app
+from dbqueue.dashboard.web import create_app, wsgi_app
 
 __all__ = ["create_app", "wsgi_app"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..app import App
-from . import queries
+from dbqueue.app.facade import App
+from dbqueue.dashboard import queries
 
 BULK_CANCEL = 10_000
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..app import App
-from ..job import Status
+from dbqueue.app.facade import App
+from dbqueue.job import Status
 
 PAGE_SIZE = 50
 COUNT_CAP = 10_000

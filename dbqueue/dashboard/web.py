@@ -16,10 +16,17 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from ..app import App
-from . import charts, queries
-from .actions import ACTIONS, ActionError
-from .security import AUTH_COOKIE, CSRF_COOKIE, CSRF_FIELD, Access, csrf_ok, new_csrf
+from dbqueue.app.facade import App
+from dbqueue.dashboard import charts, queries
+from dbqueue.dashboard.actions import ACTIONS, ActionError
+from dbqueue.dashboard.security import (
+    AUTH_COOKIE,
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    Access,
+    csrf_ok,
+    new_csrf,
+)
 
 HERE = Path(__file__).parent
 
@@ -244,7 +251,7 @@ def create_app(
 
 def _metrics_routes(app: App, board: Dashboard) -> list[Any]:
     try:
-        from .. import metrics
+        from dbqueue.observability import metrics
 
         served = metrics.make_asgi_app(app)
     except Exception:  # prometheus-client is optional: no /metrics without it

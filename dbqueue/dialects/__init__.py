@@ -3,11 +3,11 @@ factory that configures SQLAlchemy the way each database needs it."""
 
 from __future__ import annotations
 
-from .base import WRITE_INTENT, Dialect
-from .connect import create_async_engine, create_engine, is_configured, resolve_url
-from .mysql import MySQLDialect
-from .postgresql import PostgresDialect
-from .registry import (
+from dbqueue.dialects.base import WRITE_INTENT, Dialect
+from dbqueue.dialects.connect import create_async_engine, create_engine, is_configured, resolve_url
+from dbqueue.dialects.mysql import MySQLDialect
+from dbqueue.dialects.postgresql import PostgresDialect
+from dbqueue.dialects.registry import (
     BY_NAME,
     DIALECT_CLASSES,
     DIALECT_NAMES,
@@ -15,7 +15,7 @@ from .registry import (
     class_for_url,
     for_sqlalchemy,
 )
-from .sqlite import SQLiteDialect
+from dbqueue.dialects.sqlite import SQLiteDialect
 
 __all__ = [
     "WRITE_INTENT",

@@ -18,9 +18,9 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.sql.elements import ColumnElement
 
-from .. import sqltypes
-from ..errors import StrategyNotSupportedError
-from ..wakeup import Notifier, PollingOnly
+from dbqueue.base.wakeup import Notifier, PollingOnly
+from dbqueue.errors import StrategyNotSupportedError
+from dbqueue.schema import types as sqltypes
 
 #: Execution option marking a transaction that will read, then write (a claim): databases that
 #: lock per transaction (SQLite) take their write lock when it begins.
@@ -257,6 +257,15 @@ class Dialect(abc.ABC):
         return None
 
     @classmethod
+    def database_types(cls) -> sqltypes.DatabaseTypes:
+        """What the queue tables need of this database (``dbqueue.schema.types``)."""
+        return sqltypes.DatabaseTypes(
+            payload=cls.json_type(),
+            timestamp=cls.timestamp_type(),
+            server_now=cls.server_now_default(),
+        )
+
+    @classmethod
     def server_now_default(cls) -> Any:
         """DDL default for timestamp columns, so plain SQL INSERTs get the same clock."""
         return sa.func.current_timestamp()
@@ -306,18 +315,6 @@ class Dialect(abc.ABC):
     def is_transient(self, exc: BaseException) -> bool:
         """Deadlocks, lock wait timeouts, serialisation failures: retry the whole transaction."""
         return False
-
-
-def registers_schema(cls: type[Dialect]) -> type[Dialect]:
-    """Class decorator of each database module's Dialect: hands its column types and DDL clock
-    to the schema layer, which sits below the dialects and so cannot look them up itself."""
-    types = sqltypes.DatabaseTypes(
-        payload=cls.json_type(),
-        timestamp=cls.timestamp_type(),
-        server_now=cls.server_now_default(),
-    )
-    sqltypes.register(cls.sqlalchemy_names, types)
-    return cls
 
 
 def with_driver(url: sa.engine.URL, backend: str, driver: str) -> sa.engine.URL:

@@ -15,11 +15,11 @@ from sqlalchemy.engine import Engine
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..config import DEFAULT_SQLITE_URL, env_first, parse_number, parse_url
-from ..errors import ConfigurationError
-from ..poollog import quiet_reset_failures
-from .base import Dialect
-from .registry import BY_NAME, DIALECT_NAMES, class_for_url
+from dbqueue.config import DEFAULT_SQLITE_URL, env_first, parse_number, parse_url
+from dbqueue.dialects.base import Dialect
+from dbqueue.dialects.poollog import quiet_reset_failures
+from dbqueue.dialects.registry import BY_NAME, DIALECT_NAMES, class_for_url
+from dbqueue.errors import ConfigurationError
 
 
 def resolve_url(

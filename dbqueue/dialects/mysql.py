@@ -15,8 +15,13 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..sqltypes import NativeJson
-from .base import Dialect, driver_code, registers_schema, seconds_expression, with_driver
+from dbqueue.dialects.base import (
+    Dialect,
+    driver_code,
+    seconds_expression,
+    with_driver,
+)
+from dbqueue.schema.types import NativeJson
 
 _NO_SUCH_TABLE = 1146
 _TRANSIENT = {1205, 1213}  # lock wait timeout, deadlock
@@ -58,7 +63,6 @@ def _ids_from(first: Any, count: int) -> range:
     return range(int(first), int(first) + count)
 
 
-@registers_schema
 class MySQLDialect(Dialect):
     name = "mysql"
     sqlalchemy_names = ("mysql", "mariadb")

@@ -16,15 +16,15 @@ from collections.abc import Callable, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from .. import results
-from ..wakeup import ServedNotifier
+from dbqueue.base import results
+from dbqueue.base.wakeup import ServedNotifier
 
 log = logging.getLogger("dbqueue.wakeup")
 
 
 class PgNotifier(ServedNotifier):
     """Wakes a worker's idle threads for each notification of an insert (its payload: the
-    queue); notices that awaited jobs finished (``dbqueue.results``) are for callers, not
+    queue); notices that awaited jobs finished (``dbqueue.base.results``) are for callers, not
     workers, and wake nobody here."""
 
     pushes = True

@@ -13,10 +13,15 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..sqltypes import JsonText, NativeJson
-from ..wakeup import Notifier
-from .base import Dialect, driver_code, registers_schema, seconds_expression, with_driver
-from .pg_listen import PgFinishListener, PgNotifier
+from dbqueue.base.wakeup import Notifier
+from dbqueue.dialects.base import (
+    Dialect,
+    driver_code,
+    seconds_expression,
+    with_driver,
+)
+from dbqueue.dialects.pg_listen import PgFinishListener, PgNotifier
+from dbqueue.schema.types import JsonText, NativeJson
 
 _UNDEFINED_TABLE = "42P01"
 _UTC = dt.timezone.utc
@@ -50,7 +55,6 @@ def _hash64(text: str) -> int:
     )
 
 
-@registers_schema
 class PostgresDialect(Dialect):
     name = "postgresql"
     sqlalchemy_names = ("postgresql",)

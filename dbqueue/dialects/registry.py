@@ -5,16 +5,17 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
-from ..errors import ConfigurationError
-from .base import Dialect
-from .mysql import MySQLDialect
-from .postgresql import PostgresDialect
-from .sqlite import SQLiteDialect
+from dbqueue.dialects.base import Dialect
+from dbqueue.dialects.mysql import MySQLDialect
+from dbqueue.dialects.postgresql import PostgresDialect
+from dbqueue.dialects.sqlite import SQLiteDialect
+from dbqueue.errors import ConfigurationError
+from dbqueue.schema.types import DatabaseTypes
 
 DIALECT_CLASSES: tuple[type[Dialect], ...] = (PostgresDialect, MySQLDialect, SQLiteDialect)
 
 try:  # SingleStore support is an optional extra
-    from .singlestore import SingleStoreDialect
+    from dbqueue.dialects.singlestore import SingleStoreDialect
 
     DIALECT_CLASSES += (SingleStoreDialect,)
 except ImportError:  # pragma: no cover - exercised only without the module
@@ -57,3 +58,8 @@ def for_sqlalchemy(sa_dialect: SADialect) -> Dialect:
     if sa_dialect.server_version_info is not None:
         sa_dialect.__dict__["_dbqueue_dialect"] = dialect
     return dialect
+
+
+def database_types(sqlalchemy_name: str) -> DatabaseTypes:
+    """The column types the queue tables get on one database (handed to the schema layer)."""
+    return class_for_sqlalchemy_name(sqlalchemy_name).database_types()

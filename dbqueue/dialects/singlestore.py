@@ -45,10 +45,10 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy_singlestoredb import RowStore, ShardKey
 
-from ..errors import ConfigurationError
-from ..sqltypes import PayloadProcessing
-from .base import Dialect, driver_code, registers_schema
-from .mysql import kill_connection
+from dbqueue.dialects.base import Dialect, driver_code
+from dbqueue.dialects.mysql import kill_connection
+from dbqueue.errors import ConfigurationError
+from dbqueue.schema.types import PayloadProcessing
 
 _NO_SUCH_TABLE = 1146
 _TRANSIENT = {1205, 1213}  # lock wait timeout (also how SingleStore reports a deadlock), deadlock
@@ -97,7 +97,6 @@ def _probe(cursor: Any) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit()) or (0,)
 
 
-@registers_schema
 class SingleStoreDialect(Dialect):
     name = "singlestore"
     sqlalchemy_names = ("singlestoredb",)

@@ -21,10 +21,10 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..errors import ConfigurationError
-from ..wakeup import Notifier
-from .base import WRITE_INTENT, Dialect, registers_schema, seconds_expression
-from .sqlite_watch import CommitWatcher, FinishWatcher
+from dbqueue.base.wakeup import Notifier
+from dbqueue.dialects.base import WRITE_INTENT, Dialect, seconds_expression
+from dbqueue.dialects.sqlite_watch import CommitWatcher, FinishWatcher
+from dbqueue.errors import ConfigurationError
 
 _CLOCK_FORMAT = "%Y-%m-%d %H:%M:%f"  # UTC, the layout SQLAlchemy stores datetimes in
 BUSY_TIMEOUT_MS = 30_000
@@ -51,7 +51,6 @@ class LenientDateTime(sqlite.DATETIME):
         return process
 
 
-@registers_schema
 class SQLiteDialect(Dialect):
     name = "sqlite"
     sqlalchemy_names = ("sqlite",)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy.engine import URL
 
-from ..wakeup import ServedNotifier
+from dbqueue.base.wakeup import ServedNotifier
 
 #: Mean seconds between two reads of the version: half of it is the mean wait it adds to a
 #: wake-up.

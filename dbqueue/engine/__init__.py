@@ -14,16 +14,16 @@ inheritance rather than delegation so that a hot-path call costs what it did in 
 
 from __future__ import annotations
 
-from .cancels import CancelRequestRows, Cancels
-from .claims import Claims
-from .housekeeping import Housekeeping
-from .outcomes import Outcomes
-from .periodic import PeriodicTicks
-from .queries import Queries
-from .records import ALWAYS, FailResult, NewJob, QueueStats, truncate
-from .slots import Slots
-from .unique import COALESCE, ON_CONFLICT
-from .workers import WorkerRows
+from dbqueue.engine.cancels import CancelRequestRows, Cancels
+from dbqueue.engine.claims import Claims
+from dbqueue.engine.housekeeping import Housekeeping
+from dbqueue.engine.limit_slots import Slots
+from dbqueue.engine.outcomes import Outcomes
+from dbqueue.engine.periodic_ticks import PeriodicTicks
+from dbqueue.engine.queries import Queries
+from dbqueue.engine.records import ALWAYS, FailResult, NewJob, QueueStats, truncate
+from dbqueue.engine.unique import COALESCE, ON_CONFLICT
+from dbqueue.engine.worker_rows import WorkerRows
 
 __all__ = [
     "ALWAYS",

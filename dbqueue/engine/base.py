@@ -10,14 +10,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..compiled import CompiledStatement
-from ..dialects import Dialect
-from ..errors import SchemaMissingError
-from ..instruments import Instruments
-from ..job import ROW_FIELDS
-from ..results import finished_notice
-from ..schema import QueueTables
-from ..sqltypes import UtcDateTime
+from dbqueue.base.results import finished_notice
+from dbqueue.dialects import Dialect
+from dbqueue.engine.compiled import CompiledStatement
+from dbqueue.engine.instruments import Instruments
+from dbqueue.errors import SchemaMissingError
+from dbqueue.job import ROW_FIELDS
+from dbqueue.schema.tables import QueueTables
+from dbqueue.schema.types import UtcDateTime
 
 # Columns a claim returns before the claim time; Job has one attribute for each.
 _JOB_COLUMNS = ROW_FIELDS[:-1]

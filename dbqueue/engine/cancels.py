@@ -16,13 +16,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..dialects import Dialect
-from ..job import Job, Status
-from ..pubsub import PUBLICATION_MARKER
-from ..sqltypes import UtcDateTime
-from .keys import Keys
-from .records import truncate
-from .unique import UniqueRelease
+from dbqueue.dialects import Dialect
+from dbqueue.engine.keys import Keys
+from dbqueue.engine.records import truncate
+from dbqueue.engine.unique import UniqueRelease
+from dbqueue.job import PUBLICATION_MARKER, Job, Status
+from dbqueue.schema.types import UtcDateTime
 
 #: The message of a job cancelled before it ran.
 CANCELLED_WAITING = "cancelled while waiting to run"

@@ -9,10 +9,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..compiled import CompiledStatement
-from ..job import ROW_FIELDS, Job, RowReader, Status, row_reader
-from .base import id_names
-from .keys import Keys
+from dbqueue.engine.base import id_names
+from dbqueue.engine.compiled import CompiledStatement
+from dbqueue.engine.keys import Keys
+from dbqueue.job import ROW_FIELDS, Job, RowReader, Status, row_reader
 
 
 class Claims(Keys):

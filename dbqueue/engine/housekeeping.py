@@ -9,9 +9,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..job import Status
-from .base import EngineBase
-from .records import truncate
+from dbqueue.engine.base import EngineBase
+from dbqueue.engine.records import truncate
+from dbqueue.job import Status
 
 
 class Housekeeping(EngineBase):

@@ -11,11 +11,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..compiled import CompiledStatement
-from ..instruments import observed_insert
-from ..job import Status
-from .keys import Keys
-from .records import ALWAYS, NewJob, flat_values, new_jobs, truncate
+from dbqueue.engine.compiled import CompiledStatement
+from dbqueue.engine.instruments import observed_insert
+from dbqueue.engine.keys import Keys
+from dbqueue.engine.records import ALWAYS, NewJob, flat_values, new_jobs, truncate
+from dbqueue.job import Status
 
 #: Rows per columnar INSERT (PostgreSQL): large enough that statement overhead vanishes.
 _COLUMNAR_ROWS = 10_000

@@ -31,8 +31,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..job import Job, Status
-from .base import EngineBase
+from dbqueue.engine.base import EngineBase
+from dbqueue.job import Job, Status
 
 #: Keys per multi-row upsert (4 parameters each, far below every driver's limit).
 _UPSERT_ROWS = 2_000

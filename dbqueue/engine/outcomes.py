@@ -12,11 +12,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .. import payload as payload_codec
-from ..job import Job, MalformedPayload, Status
-from .base import id_names as _id_names
-from .records import FailResult, NewJob, truncate
-from .unique import UniqueKeys
+from dbqueue.base import payload as payload_codec
+from dbqueue.engine.base import id_names as _id_names
+from dbqueue.engine.records import FailResult, NewJob, truncate
+from dbqueue.engine.unique import UniqueKeys
+from dbqueue.job import Job, MalformedPayload, Status
 
 
 @functools.cache

@@ -12,11 +12,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .. import payload as payload_codec
-from ..job import Job, Status
-from ..sqltypes import UtcDateTime
-from .records import QueueStats
-from .unique import UniqueKeys
+from dbqueue.base import payload as payload_codec
+from dbqueue.engine.records import QueueStats
+from dbqueue.engine.unique import UniqueKeys
+from dbqueue.job import Job, Status
+from dbqueue.schema.types import UtcDateTime
 
 
 class Queries(UniqueKeys):

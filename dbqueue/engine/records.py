@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .. import payload as payload_codec
-from ..schema import MAX_MESSAGE_CHARS
+from dbqueue.base import payload as payload_codec
+from dbqueue.schema.tables import MAX_MESSAGE_CHARS
 
 
 def truncate(message: str | None) -> str | None:

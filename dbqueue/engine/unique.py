@@ -23,11 +23,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .. import payload as payload_codec
-from ..job import Status
-from .base import EngineBase
-from .inserts import Inserts
-from .records import NewJob
+from dbqueue.base import payload as payload_codec
+from dbqueue.engine.base import EngineBase
+from dbqueue.engine.inserts import Inserts
+from dbqueue.engine.records import NewJob
+from dbqueue.job import Status
 
 ON_CONFLICT = ("skip", "replace", "rerun")
 #: A coalescing task's enqueues: merge into the waiting job of the key, else rerun-like.

@@ -9,9 +9,14 @@ strategy) and receive wake-ups (``notifier.py``). Jobs never leave the database.
 
 from __future__ import annotations
 
-from ..config import Settings
-from .protocol import DEFAULT_LOCK_PORT, DEFAULT_MESSAGE_TIMEOUT, DEFAULT_NOTIFY_PORT, Address
-from .protocol import parse_address as parse_address
+from dbqueue.config import Settings
+from dbqueue.lockserver.protocol import (
+    DEFAULT_LOCK_PORT,
+    DEFAULT_MESSAGE_TIMEOUT,
+    DEFAULT_NOTIFY_PORT,
+    Address,
+    parse_address,
+)
 
 DEFAULT_ADDRESS = f"127.0.0.1:{DEFAULT_LOCK_PORT}"
 

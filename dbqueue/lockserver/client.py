@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..errors import ConfigurationError, DbqueueError
-from . import protocol
-from .protocol import Address, ProtocolError
+from dbqueue.errors import ConfigurationError, DbqueueError
+from dbqueue.lockserver import protocol
+from dbqueue.lockserver.protocol import Address, ProtocolError
 
 log = logging.getLogger("dbqueue.lockserver")
 

@@ -14,11 +14,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
-from . import protocol
-from .protocol import Address, ProtocolError
+from dbqueue.lockserver import protocol
+from dbqueue.lockserver.protocol import Address, ProtocolError
 
 if TYPE_CHECKING:
-    from .server import LockServer
+    from dbqueue.lockserver.server import LockServer
 
 log = logging.getLogger("dbqueue.lockserver")
 

@@ -24,10 +24,10 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from ..errors import DbqueueError
-from ..locks import LockBackend
-from . import protocol
-from .client import LockServerClient, Send
+from dbqueue.errors import DbqueueError
+from dbqueue.lockserver import protocol
+from dbqueue.lockserver.client import LockServerClient, Send
+from dbqueue.strategies.locks import LockBackend
 
 #: Set in an async worker's slot (all of which share the event loop's thread): the slot's own
 #: thread id, which owns its locks, and asks that requests be awaited on the loop, not waited for.

@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy.engine import Connection
 
-from .. import results
-from ..wakeup import Notifier
-from .client import LockServerClient, Send
+from dbqueue.base import results
+from dbqueue.base.wakeup import Notifier
+from dbqueue.lockserver.client import LockServerClient, Send
 
 log = logging.getLogger("dbqueue.wakeup")
 

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigurationError
+from dbqueue.errors import ConfigurationError
 
 try:  # the `fast` extra: a lock request's frame in a tenth of json's time, on both ends
     import orjson

@@ -9,12 +9,12 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigurationError
-from .protocol import Address
-from .server import LockServer, ServerConfig
+from dbqueue.errors import ConfigurationError
+from dbqueue.lockserver.protocol import Address
+from dbqueue.lockserver.server import LockServer, ServerConfig
 
 if TYPE_CHECKING:
-    from ..runtime import RuntimeContext
+    from dbqueue.runtime.context import RuntimeContext
 
 log = logging.getLogger("dbqueue.lockserver")
 

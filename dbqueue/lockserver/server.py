@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import protocol
-from .connection import Connection
-from .protocol import Address
+from dbqueue.lockserver import protocol
+from dbqueue.lockserver.connection import Connection
+from dbqueue.lockserver.protocol import Address
 
 log = logging.getLogger("dbqueue.lockserver")
 

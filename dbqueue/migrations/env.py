@@ -1,7 +1,7 @@
-"""Alembic environment for dbqueue's own migrations (see dbqueue/migrate.py)."""
+"""Alembic environment for dbqueue's own migrations (see migrate.py beside it)."""
 
 from alembic import context
 
-from dbqueue.migrate import run_migrations
+from dbqueue.migrations.migrate import run_migrations
 
 run_migrations(context)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from ..config import Settings
-from ..dialects import Dialect
-from ..errors import ConfigurationError
-from .advisory_lock import AdvisoryLockStrategy
-from .base import ClaimStrategy
-from .lock_server import LockServerStrategy
-from .skip_locked import SkipLockedStrategy
-from .sqlite import SQLiteStrategy
+from dbqueue.config import Settings
+from dbqueue.dialects import Dialect
+from dbqueue.errors import ConfigurationError
+from dbqueue.strategies.advisory_lock import AdvisoryLockStrategy
+from dbqueue.strategies.base import ClaimStrategy
+from dbqueue.strategies.lock_server import LockServerStrategy
+from dbqueue.strategies.skip_locked import SkipLockedStrategy
+from dbqueue.strategies.sqlite import SQLiteStrategy
 
 STRATEGIES: dict[str, type[ClaimStrategy]] = {
     cls.name: cls

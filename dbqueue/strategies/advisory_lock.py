@@ -19,15 +19,21 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
-from ..config import Settings
-from ..dialects import Dialect
-from ..errors import StrategyNotSupportedError
-from ..job import Job
-from ..locks import DatabaseLocks, LockBackend, job_lock_name, job_lock_prefix, slot_lock_name
-from .base import ClaimStrategy
+from dbqueue.config import Settings
+from dbqueue.dialects import Dialect
+from dbqueue.errors import StrategyNotSupportedError
+from dbqueue.job import Job
+from dbqueue.strategies.base import ClaimStrategy
+from dbqueue.strategies.locks import (
+    DatabaseLocks,
+    LockBackend,
+    job_lock_name,
+    job_lock_prefix,
+    slot_lock_name,
+)
 
 if TYPE_CHECKING:
-    from ..engine import QueueEngine
+    from dbqueue.engine import QueueEngine
 
 log = logging.getLogger("dbqueue.strategies")
 

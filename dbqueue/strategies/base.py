@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, ClassVar
 
 from sqlalchemy.engine import Connection, Engine
 
-from ..config import Settings
-from ..dialects import Dialect
-from ..job import Job, Status
-from ..locks import DatabaseLocks, LockBackend
-from ..schema import TableNames
-from ..wakeup import Notifier
+from dbqueue.base.wakeup import Notifier
+from dbqueue.config import Settings
+from dbqueue.dialects import Dialect
+from dbqueue.job import Job, Status
+from dbqueue.schema.tables import TableNames
+from dbqueue.strategies.locks import DatabaseLocks, LockBackend
 
 if TYPE_CHECKING:
-    from ..engine import QueueEngine
+    from dbqueue.engine import QueueEngine
 
 
 class ClaimStrategy(abc.ABC):

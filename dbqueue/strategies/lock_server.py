@@ -27,23 +27,23 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Connection, Engine
 
-from .. import lockserver
-from ..config import Settings
-from ..dialects import Dialect
-from ..job import Job
-from ..locks import job_lock_name
-from ..lockserver import client as clients
-from ..lockserver.locks import LockServerLocks
-from ..lockserver.notifier import LockServerNotifier
-from ..schema import TableNames
-from ..wakeup import Notifier
-from .advisory_lock import LockClaimStrategy
-from .base import ClaimStrategy
-from .listed import ListedCandidates
-from .sqlite import SQLiteStrategy
+from dbqueue import lockserver
+from dbqueue.base.wakeup import Notifier
+from dbqueue.config import Settings
+from dbqueue.dialects import Dialect
+from dbqueue.job import Job
+from dbqueue.lockserver import client as clients
+from dbqueue.lockserver.locks import LockServerLocks
+from dbqueue.lockserver.notifier import LockServerNotifier
+from dbqueue.schema.tables import TableNames
+from dbqueue.strategies.advisory_lock import LockClaimStrategy
+from dbqueue.strategies.base import ClaimStrategy
+from dbqueue.strategies.listed import ListedCandidates
+from dbqueue.strategies.locks import job_lock_name
+from dbqueue.strategies.sqlite import SQLiteStrategy
 
 if TYPE_CHECKING:
-    from ..engine import QueueEngine
+    from dbqueue.engine import QueueEngine
 
 #: Lists tried by one claim before it lists and pages as other lock claims do.
 LISTED_TRIES = 3

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Connection
 
-from ..dialects import Dialect
-from ..errors import StrategyNotSupportedError
-from ..job import Job
-from .base import ClaimStrategy
+from dbqueue.dialects import Dialect
+from dbqueue.errors import StrategyNotSupportedError
+from dbqueue.job import Job
+from dbqueue.strategies.base import ClaimStrategy
 
 if TYPE_CHECKING:
-    from ..engine import QueueEngine
+    from dbqueue.engine import QueueEngine
 
 
 class SkipLockedStrategy(ClaimStrategy):

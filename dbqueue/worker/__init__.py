@@ -1,6 +1,6 @@
 """The worker runtime: threads, signals, limits, and the per-batch executor."""
 
-from .runner import Worker, WorkerSummary
-from .session import JobSession
+from dbqueue.worker.runner import Worker, WorkerSummary
+from dbqueue.worker.session import JobSession
 
 __all__ = ["Worker", "WorkerSummary", "JobSession"]

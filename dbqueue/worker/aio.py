@@ -27,16 +27,16 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from ..lockserver.locks import ASYNC_OWNER
-from ..results import running_handlers
-from .watchdog import CANCEL, HandlerCancelled, HandlerTimeout, Slot
+from dbqueue.base.results import running_handlers
+from dbqueue.lockserver.locks import ASYNC_OWNER
+from dbqueue.worker.watchdog import CANCEL, HandlerCancelled, HandlerTimeout, Slot
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from .async_session import AsyncJobSession
-    from .session import JobSession
+    from dbqueue.worker.async_session import AsyncJobSession
+    from dbqueue.worker.session import JobSession
 
 
 def await_(awaitable: Any) -> Any:
@@ -134,7 +134,7 @@ class AsyncSlot:
     def session(self, conn: Connection, savepoint: bool) -> AsyncJobSession:
         from sqlalchemy.ext.asyncio import AsyncConnection
 
-        from .async_session import AsyncJobSession
+        from dbqueue.worker.async_session import AsyncJobSession
 
         return AsyncJobSession(AsyncConnection(self.engine, conn), savepoint=savepoint)
 

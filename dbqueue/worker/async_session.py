@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from .session import JobSession
+from dbqueue.worker.session import JobSession
 
 
 class _AsyncFlushOnExit:

@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..job import Job
-from ..tasks import BatchOptions, TaskRegistry
+from dbqueue.job import Job
+from dbqueue.tasks.registry import BatchOptions, TaskRegistry
 
 if TYPE_CHECKING:
-    from ..engine import QueueEngine
-    from ..strategies import ClaimStrategy
+    from dbqueue.engine import QueueEngine
+    from dbqueue.strategies import ClaimStrategy
 
 log = logging.getLogger("dbqueue.worker")
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import Connection
 
-from ..engine import QueueEngine
-from ..job import Job
-from .executor import BatchExecutor, BatchResult
-from .watchdog import Abandoned
+from dbqueue.engine import QueueEngine
+from dbqueue.job import Job
+from dbqueue.worker.executor import BatchExecutor, BatchResult
+from dbqueue.worker.watchdog import Abandoned
 
 log = logging.getLogger("dbqueue.worker")
 

@@ -25,16 +25,16 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from .. import dialects
-from ..engine import FailResult, QueueEngine
-from ..errors import UnknownTaskError
-from ..job import Job, Status
-from ..policy import RetryPolicy
-from ..results import running_handlers
-from ..runtime import RuntimeContext
-from ..strategies import ClaimStrategy
-from .claimed import claim_and_run
-from .executor import BatchExecutor
+from dbqueue import dialects
+from dbqueue.base.results import running_handlers
+from dbqueue.engine import FailResult, QueueEngine
+from dbqueue.errors import UnknownTaskError
+from dbqueue.job import Job, Status
+from dbqueue.runtime.context import RuntimeContext
+from dbqueue.runtime.policy import RetryPolicy
+from dbqueue.strategies import ClaimStrategy
+from dbqueue.worker.claimed import claim_and_run
+from dbqueue.worker.executor import BatchExecutor
 
 log = logging.getLogger("dbqueue.eager")
 

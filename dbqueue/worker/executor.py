@@ -21,20 +21,20 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from ..engine import QueueEngine
-from ..errors import DbqueueError
-from ..job import Job
-from ..retry import BACKOFF, Requested
-from ..runtime import RuntimeContext
-from ..strategies import ClaimStrategy
-from ..tasks import Handler
-from ..wakeup import Notifier
-from .aio import AsyncSlot
-from .batches import units
-from .finished import FinishedJobs
-from .handlers import HandlerCalls, Outcome, Sessions
-from .joblog import JobLog
-from .watchdog import Slot, Watchdog
+from dbqueue.base.wakeup import Notifier
+from dbqueue.engine import QueueEngine
+from dbqueue.errors import DbqueueError
+from dbqueue.job import Job
+from dbqueue.runtime.context import RuntimeContext
+from dbqueue.strategies import ClaimStrategy
+from dbqueue.tasks.registry import Handler
+from dbqueue.tasks.retry import BACKOFF, Requested
+from dbqueue.worker.aio import AsyncSlot
+from dbqueue.worker.batches import units
+from dbqueue.worker.finished import FinishedJobs
+from dbqueue.worker.handlers import HandlerCalls, Outcome, Sessions
+from dbqueue.worker.joblog import JobLog
+from dbqueue.worker.watchdog import Slot, Watchdog
 
 log = logging.getLogger("dbqueue.worker")
 

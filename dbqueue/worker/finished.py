@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..job import Job
-from ..wakeup import Notifier
+from dbqueue.base.wakeup import Notifier
+from dbqueue.job import Job
 
 
 class FinishedJobs:

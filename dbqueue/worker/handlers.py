@@ -15,20 +15,27 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
-from ..errors import AttemptFailed, DbqueueError, Discard, JobCancelledError, JobTimeoutError, Retry
-from ..job import Job, MalformedPayload
-from ..results import encode_result
-from ..retry import BACKOFF, Requested
-from ..tasks import TenantHandler, is_async_callable
-from ..tenants import bind as bind_tenant
-from .aio import AsyncSlot
-from .session import JobSession
-from .watchdog import Abandoned, HandlerCancelled, HandlerTimeout, Slot, Watchdog
+from dbqueue.base.results import encode_result
+from dbqueue.errors import (
+    AttemptFailed,
+    DbqueueError,
+    Discard,
+    JobCancelledError,
+    JobTimeoutError,
+    Retry,
+)
+from dbqueue.job import Job, MalformedPayload
+from dbqueue.runtime.tenants import bind as bind_tenant
+from dbqueue.tasks.registry import TenantHandler, is_async_callable
+from dbqueue.tasks.retry import BACKOFF, Requested
+from dbqueue.worker.aio import AsyncSlot
+from dbqueue.worker.session import JobSession
+from dbqueue.worker.watchdog import Abandoned, HandlerCancelled, HandlerTimeout, Slot, Watchdog
 
 if TYPE_CHECKING:
-    from ..hooks import WorkerHooks
-    from ..tasks import Handler, TaskDefinition, TaskRegistry
-    from ..tenants import TenantDatabases
+    from dbqueue.runtime.tenants import TenantDatabases
+    from dbqueue.tasks.hooks import WorkerHooks
+    from dbqueue.tasks.registry import Handler, TaskDefinition, TaskRegistry
 
 log = logging.getLogger("dbqueue.worker")
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from ..job import Job
-from ..runtime import RuntimeContext
+from dbqueue.job import Job
+from dbqueue.runtime.context import RuntimeContext
 
 log = logging.getLogger("dbqueue.worker")
 

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..instruments import FinishedObserver
-from ..job import Job
+from dbqueue.engine.instruments import FinishedObserver
+from dbqueue.job import Job
 
 if TYPE_CHECKING:
-    from ..policy import RetryPolicy
+    from dbqueue.runtime.policy import RetryPolicy
 
 log = logging.getLogger("dbqueue.jobs")
 
@@ -37,7 +37,7 @@ BACKLOG = 1000
 
 class JobLogWriter:
     """The worker's writer thread: makes and writes the records of committed batches, and
-    hands each finished job to the observers (metrics: ``dbqueue.instruments``)."""
+    hands each finished job to the observers (metrics: ``dbqueue.engine.instruments``)."""
 
     def __init__(
         self,

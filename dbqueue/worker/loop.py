@@ -13,23 +13,23 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from ..errors import SchemaMissingError
-from ..lockserver.client import LockServerUnavailableError
-from ..results import running_handlers
-from ..wakeup import Notifier, WakeSignal
-from .aio import AsyncSlot, LoopWaits, Waits
-from .batches import gather
-from .claimed import claim_and_run
-from .executor import BatchExecutor, BatchResult
-from .joblog import JobLog, JobLogWriter
-from .process import discard as _discard
-from .process import first_line as _first_line
-from .watchdog import Abandoned, Slot, Watchdog
+from dbqueue.base.results import running_handlers
+from dbqueue.base.wakeup import Notifier, WakeSignal
+from dbqueue.errors import SchemaMissingError
+from dbqueue.lockserver.client import LockServerUnavailableError
+from dbqueue.worker.aio import AsyncSlot, LoopWaits, Waits
+from dbqueue.worker.batches import gather
+from dbqueue.worker.claimed import claim_and_run
+from dbqueue.worker.executor import BatchExecutor, BatchResult
+from dbqueue.worker.joblog import JobLog, JobLogWriter
+from dbqueue.worker.process import discard as _discard
+from dbqueue.worker.process import first_line as _first_line
+from dbqueue.worker.watchdog import Abandoned, Slot, Watchdog
 
 if TYPE_CHECKING:
-    from ..runtime import RuntimeContext
-    from ..strategies import ClaimStrategy
-    from .runner import WorkerSummary
+    from dbqueue.runtime.context import RuntimeContext
+    from dbqueue.strategies import ClaimStrategy
+    from dbqueue.worker.runner import WorkerSummary
 
 log = logging.getLogger("dbqueue.worker")
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
-from ..errors import ConfigurationError
+from dbqueue.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from .runner import Worker
+    from dbqueue.worker.runner import Worker
 
 log = logging.getLogger("dbqueue.worker")
 

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
 
-from ..job import Job
-from ..wakeup import WakeSignal
-from .executor import BatchExecutor
-from .handlers import cancel_message, timeout_message
-from .process import first_line as _first_line
-from .watchdog import CANCEL, Slot
+from dbqueue.base.wakeup import WakeSignal
+from dbqueue.job import Job
+from dbqueue.worker.executor import BatchExecutor
+from dbqueue.worker.handlers import cancel_message, timeout_message
+from dbqueue.worker.process import first_line as _first_line
+from dbqueue.worker.watchdog import CANCEL, Slot
 
 if TYPE_CHECKING:
-    from ..runtime import RuntimeContext
-    from ..strategies import ClaimStrategy
-    from .runner import WorkerSummary
+    from dbqueue.runtime.context import RuntimeContext
+    from dbqueue.strategies import ClaimStrategy
+    from dbqueue.worker.runner import WorkerSummary
 
 log = logging.getLogger("dbqueue.worker")
 

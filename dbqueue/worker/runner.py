@@ -14,31 +14,31 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Engine
 
-from .. import dialects
-from ..errors import ConfigurationError
-from ..grafana import LokiShipper
-from ..identifiers import check_queue_name
-from ..limits import check_queue_limits
-from ..maintenance import Maintenance, MaintenanceSettings
-from ..pubsub import subscription_problems
-from ..runtime import RuntimeContext
-from ..wakeup import Notifier, WakeSignal
-from ..wakeups import CommitWaker
-from .aio import EventLoop, SlotHandle, start_slot
-from .cancels import CancelPoller
-from .heartbeat import DEFAULT_HEARTBEAT_INTERVAL, Heartbeat
-from .joblog import JobLogWriter
-from .loop import ClaimLoop
-from .process import SignalHandlers, positive_int, positive_seconds
-from .queue_slots import prepare_slots
-from .recovery import AbandonedThreads
-from .scheduler import Scheduler
-from .watchdog import CANCEL_NOTICE, DEFAULT_TIMEOUT_GRACE, Slot, Watchdog
+from dbqueue import dialects
+from dbqueue.base.identifiers import check_queue_name
+from dbqueue.base.limits import check_queue_limits
+from dbqueue.base.wakeup import Notifier, WakeSignal
+from dbqueue.errors import ConfigurationError
+from dbqueue.pubsub.subscriptions import subscription_problems
+from dbqueue.runtime.commit_wake import CommitWaker
+from dbqueue.runtime.context import RuntimeContext
+from dbqueue.runtime.maintenance import Maintenance, MaintenanceSettings
+from dbqueue.worker.aio import EventLoop, SlotHandle, start_slot
+from dbqueue.worker.cancel_poller import CancelPoller
+from dbqueue.worker.heartbeat import DEFAULT_HEARTBEAT_INTERVAL, Heartbeat
+from dbqueue.worker.joblog import JobLogWriter
+from dbqueue.worker.limit_slots import prepare_slots
+from dbqueue.worker.loki import LokiShipper
+from dbqueue.worker.loop import ClaimLoop
+from dbqueue.worker.process import SignalHandlers, positive_int, positive_seconds
+from dbqueue.worker.recovery import AbandonedThreads
+from dbqueue.worker.scheduler import Scheduler
+from dbqueue.worker.watchdog import CANCEL_NOTICE, DEFAULT_TIMEOUT_GRACE, Slot, Watchdog
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from ..strategies import ClaimStrategy
+    from dbqueue.strategies import ClaimStrategy
 
 log = logging.getLogger("dbqueue.worker")
 

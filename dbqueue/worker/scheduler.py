@@ -1,5 +1,5 @@
 """The worker's periodic-jobs thread: asleep until the next tick of any schedule, then it
-enqueues the ticks due (``dbqueue.scheduling``: exactly once, whatever the number of workers).
+enqueues the ticks due (``dbqueue.runtime.periodic``: exactly once, whatever the number of workers).
 
 Every worker runs one (``periodic=False`` / ``--no-periodic`` to opt out), off the claim
 threads. It wakes at each tick, not on a poll; a check that fails (the database is away) is
@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..errors import DbqueueError
-from ..periodic import UTC, Schedule
-from ..scheduling import Enqueued, enqueue_due
+from dbqueue.errors import DbqueueError
+from dbqueue.runtime.periodic import Enqueued, enqueue_due
+from dbqueue.tasks.schedules import UTC, Schedule
 
 if TYPE_CHECKING:
-    from ..runtime import RuntimeContext
+    from dbqueue.runtime.context import RuntimeContext
 
 log = logging.getLogger("dbqueue.periodic")
 

@@ -9,7 +9,7 @@ watchdog gives the thread up: it marks it abandoned (an abandoned thread never w
 the Worker ends the thread's database connection from outside, records the timed-out attempt in
 a transaction of its own and starts a replacement thread, so concurrency stays whole.
 
-A cancel request for a running job (found by the worker's cancel poller, ``cancels.py``) is
+A cancel request for a running job (found by the worker's cancel poller, ``cancel_poller.py``) is
 enforced the same way: ``job.cancel_requested()`` turns true at once, and a handler that has not
 stopped by itself ``cancel_notice`` seconds later (default ``CANCEL_NOTICE``) gets
 ``JobCancelledError`` raised in its thread, then is abandoned after the grace period like a
@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import JobCancelledError, JobTimeoutError
-from ..job import Job
+from dbqueue.errors import JobCancelledError, JobTimeoutError
+from dbqueue.job import Job
 
 log = logging.getLogger("dbqueue.worker")
 

@@ -46,7 +46,7 @@ from support.private_servers import private_server
 from support.waiting import wait_for
 
 import dbqueue
-from dbqueue import migrate
+from dbqueue.migrations import migrate
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from support.backends import PREFIX, drop_queue_tables
 
 import dbqueue
-from dbqueue import migrate
+from dbqueue.migrations import migrate
 
 # (what, columns a plain SQL INSERT sets besides task and payload). Values are bound
 # parameters, as any client would send them.

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from support.backends import BACKENDS, effects
 
-from dbqueue.locks import job_lock_name
+from dbqueue.strategies.locks import job_lock_name
 from dbqueue.worker.claimed import claim_and_run
 from dbqueue.worker.executor import BatchExecutor
 

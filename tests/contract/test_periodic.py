@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from support.cli_runner import invoke
 from support.waiting import wait_for
 
-from dbqueue.client import write_target
-from dbqueue.scheduling import enqueue_due
+from dbqueue.runtime.periodic import enqueue_due
+from dbqueue.runtime.targets import write_target
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,8 @@ from support.backends import effect_rows, effects
 from support.waiting import wait_for
 
 import dbqueue
-from dbqueue import calls, results
+from dbqueue.app import calls
+from dbqueue.base import results
 from dbqueue.lockserver import client as lockserver_client
 from dbqueue.lockserver.protocol import parse_address
 

@@ -16,7 +16,7 @@ from support.http_server import RecordingServer, closed_port
 
 import dbqueue
 from dbqueue import QueueClient
-from dbqueue.webhooks import DEFAULT_MAX_RESPONSE_BYTES
+from dbqueue.pubsub.webhooks import DEFAULT_MAX_RESPONSE_BYTES
 
 SECRET_TOKEN = "s3cr3t-bearer-value"
 SECRET_QUERY = "query-secret-123"

@@ -25,7 +25,7 @@ from support.cli_runner import invoke
 from support.registry_worker import QUEUE, free_port, start_worker
 from support.waiting import wait_for
 
-from dbqueue import metrics
+from dbqueue.observability import metrics
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:

@@ -15,7 +15,7 @@ import dbqueue
 from dbqueue import strategies
 from dbqueue.dialects import MySQLDialect, PostgresDialect, SQLiteDialect
 from dbqueue.engine import QueueEngine
-from dbqueue.schema import TableNames, tables_for
+from dbqueue.schema.tables import TableNames, tables_for
 
 
 def sa_dialect(module, version, mariadb=False):
@@ -90,7 +90,7 @@ def test_each_database_defaults_to_its_strategy():
 
 
 # ---- the schema layer sits below the database modules -----------------------------------------
-SCHEMA_LAYER = ("schema.py", "sqltypes.py")
+SCHEMA_LAYER = ("schema/tables.py", "schema/types.py")
 
 
 @pytest.mark.parametrize("module", SCHEMA_LAYER)

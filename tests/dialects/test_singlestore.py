@@ -25,11 +25,12 @@ import sqlalchemy_singlestoredb
 from sqlalchemy.dialects import mysql
 
 import dbqueue
-from dbqueue import migrate, strategies
+from dbqueue import strategies
 from dbqueue.dialects.singlestore import SingleStoreDialect
 from dbqueue.engine import NewJob, QueueEngine
 from dbqueue.job import Job
-from dbqueue.schema import TableNames, tables_for
+from dbqueue.migrations import migrate
+from dbqueue.schema.tables import TableNames, tables_for
 
 NAMES = TableNames.resolve("ss_")
 FORBIDDEN = {

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from support.backends import MYSQL_URL, POSTGRESQL_URL, PREFIX, drop_queue_tables, requires_backend
 
 import dbqueue
-from dbqueue import migrate
+from dbqueue.migrations import migrate
 
 URL_PREFIX = f"{PREFIX}url_"
 SERVERS = {"postgresql": POSTGRESQL_URL, "mysql": MYSQL_URL}

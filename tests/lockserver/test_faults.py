@@ -21,7 +21,7 @@ from support.backends import BACKENDS, effect_rows
 from support.lockserver import RawClient, ServerProcess, start_server
 from support.waiting import wait_for
 
-from dbqueue.locks import job_lock_name
+from dbqueue.strategies.locks import job_lock_name
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "worker_process.py"
 LOCK_SERVER_BACKENDS = [
@@ -284,7 +284,7 @@ def test_a_lock_server_lost_during_a_routine_is_one_warning_and_a_recorded_failu
 ):
     """The routine's lock was taken, then the server died: the tick records the failure and the
     log says why in one line — no traceback, which would read as a bug in dbqueue."""
-    from dbqueue.maintenance import Maintenance
+    from dbqueue.runtime.maintenance import Maintenance
 
     monkeypatch.setenv("TIMEOUT_SOCKET_MESSAGE", "1")  # how long a request waits to connect
     server = own_server()

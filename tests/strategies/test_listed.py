@@ -15,8 +15,8 @@ from support.backends import BACKENDS
 
 import dbqueue
 from dbqueue.job import Status
-from dbqueue.locks import job_lock_name
 from dbqueue.strategies.listed import ListedCandidates
+from dbqueue.strategies.locks import job_lock_name
 
 
 class Lister:

@@ -15,7 +15,7 @@ from support.lockserver import RawClient, ServerProcess, start_server
 
 import dbqueue
 from dbqueue import dialects, strategies
-from dbqueue.locks import job_lock_name
+from dbqueue.strategies.locks import job_lock_name
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import dbqueue
-from dbqueue import migrate
+from dbqueue.migrations import migrate
 
 # Every suite, and every pytest-xdist worker of one, has tables of its own (processes the tests
 # start inherit both variables). Override to run two suites at once against the same servers.

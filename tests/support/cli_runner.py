@@ -21,7 +21,7 @@ from typing import Any
 from click.testing import CliRunner
 
 import dbqueue
-from dbqueue.cli import cli
+from dbqueue.cli.main import cli
 
 from .backends import Backend, drop_queue_tables
 

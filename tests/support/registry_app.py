@@ -48,7 +48,7 @@ def _trace_to(path: str) -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from dbqueue import tracing
+    from dbqueue.observability import tracing
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

@@ -16,9 +16,9 @@ import sqlalchemy as sa
 from alembic import op
 
 from dbqueue import dialects
-from dbqueue.migrate import script_names, table_options
-from dbqueue.schema import MAINTENANCE_ROUTINES, TableNames
-from dbqueue.sqltypes import UtcDateTime
+from dbqueue.migrations.migrate import script_names, table_options
+from dbqueue.schema.tables import MAINTENANCE_ROUTINES, TableNames
+from dbqueue.schema.types import UtcDateTime
 
 revision = "0002"
 down_revision = "0001"

@@ -15,9 +15,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from dbqueue.migrate import script_names
-from dbqueue.schema import NowDefault, TableNames
-from dbqueue.sqltypes import Payload, UtcDateTime
+from dbqueue.migrations.migrate import script_names
+from dbqueue.schema.tables import NowDefault, TableNames
+from dbqueue.schema.types import Payload, UtcDateTime
 
 revision = "0003_subscriptions"
 down_revision = "0002"

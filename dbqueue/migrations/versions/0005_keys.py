@@ -15,9 +15,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from dbqueue.migrate import script_names, table_options
-from dbqueue.schema import NowDefault, TableNames
-from dbqueue.sqltypes import UtcDateTime
+from dbqueue.migrations.migrate import script_names, table_options
+from dbqueue.schema.tables import NowDefault, TableNames
+from dbqueue.schema.types import UtcDateTime
 
 revision = "0005_keys"
 down_revision = "0004"

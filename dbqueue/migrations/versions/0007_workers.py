@@ -14,9 +14,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from dbqueue.migrate import script_names, table_options
-from dbqueue.schema import MAX_TRACEPARENT, NowDefault, TableNames
-from dbqueue.sqltypes import Payload, UtcDateTime
+from dbqueue.migrations.migrate import script_names, table_options
+from dbqueue.schema.tables import MAX_TRACEPARENT, NowDefault, TableNames
+from dbqueue.schema.types import Payload, UtcDateTime
 
 revision = "0007_workers"
 down_revision = "0006_unique"

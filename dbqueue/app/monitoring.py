@@ -1,0 +1,144 @@
+"""Queue statistics as the CLI and dashboards show them: every status, zeros included."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from dbqueue.engine import QueueStats
+from dbqueue.job import Status
+
+#: The keys of ``QueueSummary.by_status``, in the order the CLI prints them: "available" is
+#: runnable now, "scheduled" waits for its run_at (both are the ``available`` status),
+#: "blocked" waits behind another job of its key.
+STATUS_KEYS = (
+    "available",
+    "scheduled",
+    "blocked",
+    "running",
+    "succeeded",
+    "dead",
+    "cancelled",
+)
+assert set(STATUS_KEYS) >= set(Status.ALL)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueSummary(QueueStats):
+    """One queue's ``QueueStats`` (``counts`` as stored: only the statuses it has, scheduled
+    jobs counted as available) with every status counted, for readers that want no gaps.
+    ``in_flight``: jobs live workers report running whose rows still say ``available``."""
+
+    in_flight: int = 0
+
+    @classmethod
+    def of(cls, stats: QueueStats, in_flight: int = 0) -> QueueSummary:
+        values = {f.name: getattr(stats, f.name) for f in dataclasses.fields(QueueStats)}
+        return cls(**values, in_flight=in_flight)
+
+    @property
+    def running(self) -> int:
+        """The jobs running now, under every strategy (see ``by_status``)."""
+        return self.by_status["running"]
+
+    @property
+    def by_status(self) -> dict[str, int]:
+        """Every key of STATUS_KEYS (0 when none), then any other status a row holds."""
+        counts = {key: self.counts.get(key, 0) for key in STATUS_KEYS}
+        counts["available"] -= self.scheduled + self.in_flight
+        counts["scheduled"] = self.scheduled
+        counts["running"] += self.in_flight
+        counts.update((k, n) for k, n in self.counts.items() if k not in counts)
+        return counts
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``dbqueue stats --json`` prints for the queue."""
+        return {
+            "queue": self.queue,
+            "counts": self.by_status,
+            "oldest_runnable_age": self.oldest_runnable_age,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """One worker process as the registry of live workers knows it (``app.workers()``).
+
+    ``jobs``: the handlers running at its last heartbeat (id, queue, task, attempt, since);
+    ``processed`` / ``failed``: attempts it finished / of which failed, since it started;
+    ``alive``: its heartbeat has not expired (a gone one is listed only when asked for).
+    """
+
+    id: str
+    name: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    strategy: str
+    started_at: dt.datetime
+    heartbeat_at: dt.datetime
+    expires_at: dt.datetime
+    running: int
+    jobs: list[dict[str, Any]]
+    processed: int
+    failed: int
+    alive: bool
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> WorkerInfo:
+        values = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
+        values["queues"] = list(values["queues"] or [])
+        values["jobs"] = list(values["jobs"] or [])
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: times as ISO 8601 strings (what ``dbqueue workers --json`` prints)."""
+        found = dataclasses.asdict(self)
+        for key in ("started_at", "heartbeat_at", "expires_at"):
+            found[key] = found[key].isoformat() if found[key] is not None else None
+        return found
+
+
+def worker_infos(engine: Any, conn: Any, include_gone: bool = False) -> list[WorkerInfo]:
+    return [WorkerInfo.of(row) for row in engine.worker_rows(conn, include_gone)]
+
+
+def with_running(
+    engine: Any, conn: Any, found: list[QueueStats], workers: list[WorkerInfo]
+) -> list[QueueSummary]:
+    """Queue summaries whose ``running`` also counts the jobs live workers report running while
+    their rows still say ``available`` (claims inside an open transaction: skip_locked,
+    SQLite), taken out of ``available``; under every strategy ``running`` is then what runs."""
+    ids = [job["id"] for info in workers for job in info.jobs]
+    hidden = engine.still_available(conn, ids) if ids else {}
+    return [QueueSummary.of(stats, hidden.get(stats.queue, 0)) for stats in found]
+
+
+def stats_report(summaries: list[QueueSummary]) -> dict[str, Any]:
+    """``/api/v1/stats`` and ``dbqueue stats --json``, in Lowkiq's shape: per queue and in
+    total, ``length`` (jobs waiting: runnable now or scheduled), ``morgue_length`` (dead
+    jobs) and ``lag`` (seconds the oldest runnable job has waited; 0 when none waits), plus
+    every status's count. Lowkiq's ``by_worker`` is ``by_queue`` here (a Lowkiq worker owns
+    one queue)."""
+    by_queue = {}
+    for summary in summaries:
+        counts = summary.by_status
+        by_queue[summary.queue] = {
+            "length": counts["available"] + counts["scheduled"],
+            "morgue_length": counts["dead"],
+            "lag": round(summary.oldest_runnable_age or 0.0, 3),
+            "counts": counts,
+        }
+    totals: dict[str, int] = {key: 0 for key in STATUS_KEYS}
+    for entry in by_queue.values():
+        for key, n in entry["counts"].items():
+            totals[key] = totals.get(key, 0) + n
+    total = {
+        "length": sum(e["length"] for e in by_queue.values()),
+        "morgue_length": sum(e["morgue_length"] for e in by_queue.values()),
+        "lag": max((e["lag"] for e in by_queue.values()), default=0.0),
+        "counts": totals,
+    }
+    return {"total": total, "by_queue": by_queue}

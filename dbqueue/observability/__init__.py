@@ -1,0 +1,2 @@
+"""Prometheus metrics and OpenTelemetry traces for an App (``dbqueue.metrics``,
+``dbqueue.tracing``)."""
