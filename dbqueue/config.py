@@ -264,3 +264,34 @@ def redact(url: str) -> str:
         scheme, _, userinfo = head.partition("://")
         user = userinfo.split(":", 1)[0]
         return f"{scheme}://{user}:***@{tail}"
+
+
+EVERY_5_MINUTES = tuple(range(0, 60, 5))
+
+
+@dataclass(frozen=True)
+class MaintenanceSettings:
+    """When routines run and what purge keeps (the seed's QUEUE_* variables)."""
+
+    rescue_minutes: tuple[int, ...] = EVERY_5_MINUTES  # QUEUE_MINUTE_RETRY_THREAD
+    purge_minutes: tuple[int, ...] = (0,)  # QUEUE_MINUTE_PURGE_THREAD
+    notify_minutes: tuple[int, ...] = EVERY_5_MINUTES  # QUEUE_MINUTE_NOTIFY_THREAD
+    purge_max_age_days: float = 60.0  # QUEUE_PURGE_MAX_AGE
+    purge_limit: int = 1000  # QUEUE_PURGE_LIMIT
+    #: Length of a tick; 60 makes the minute lists mean clock minutes. Tests shorten it.
+    tick_seconds: float = 60.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> MaintenanceSettings:
+        """The configured schedules and retention, the defaults where none is set."""
+        s, defaults = settings, cls()
+        return cls(
+            rescue_minutes=s.rescue_minutes or defaults.rescue_minutes,
+            purge_minutes=s.purge_minutes or defaults.purge_minutes,
+            notify_minutes=s.notify_minutes or defaults.notify_minutes,
+            purge_max_age_days=defaults.purge_max_age_days
+            if s.purge_max_age_days is None
+            else s.purge_max_age_days,
+            purge_limit=s.purge_limit or defaults.purge_limit,
+            tick_seconds=s.maintenance_tick or defaults.tick_seconds,
+        )

@@ -44,9 +44,9 @@ from dbqueue.worker.runner import Worker, WorkerSummary
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from dbqueue.config import MaintenanceSettings
     from dbqueue.pubsub.subscriptions import SubscriptionStore
     from dbqueue.pubsub.webhooks import WebhookSender
-    from dbqueue.runtime.maintenance import MaintenanceSettings
     from dbqueue.schema.tables import QueueTables, TableNames
     from dbqueue.tasks.registry import TaskRegistry
 

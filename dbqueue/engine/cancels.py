@@ -1,5 +1,7 @@
 """Cancellation in SQLAlchemy Core: waiting jobs cancelled at once, running jobs' requests kept
-in a table of their own, and the worker's record of a running job it stopped.
+in a table of their own, the worker's record of a running job it stopped, and where the
+requests are kept (the queue's own database, or the side database of
+``Dialect.side_database_url``).
 
 A running job's row may be locked for as long as its handler runs (a ``skip_locked`` claim holds
 it in the batch transaction), so nothing here ever waits for a job's row lock: waiting jobs are
@@ -9,18 +11,22 @@ running, or about to), and a request for a running job is a row of the requests 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
+from dbqueue import dialects
 from dbqueue.dialects import Dialect
 from dbqueue.engine.keys import Keys
 from dbqueue.engine.records import truncate
 from dbqueue.engine.unique import UniqueRelease
 from dbqueue.job import PUBLICATION_MARKER, Job, Status
+from dbqueue.schema.tables import QueueTables, TableNames, cancels_table
 from dbqueue.schema.types import UtcDateTime
 
 #: The message of a job cancelled before it ran.
@@ -199,3 +205,146 @@ class CancelRequestRows:
         return conn.execute(
             sa.delete(self.table).where(self.table.c.job_id.in_(list(ids)))
         ).rowcount
+
+
+# ---- where requests are kept --------------------------------------------------------------------
+class TableRequests:
+    """Requests in ``<jobs>_cancels`` of the queue's own database, written on the caller's
+    connection: they commit (or roll back) with the caller's transaction."""
+
+    separate = False
+
+    def __init__(self, tables: QueueTables) -> None:
+        self.table = tables.cancels
+
+    def rows(self, conn: Connection) -> CancelRequestRows:
+        return CancelRequestRows(self.table, dialects.for_sqlalchemy(conn.dialect))
+
+    def add(self, conn: Connection, ids: Sequence[int]) -> None:
+        self.rows(conn).add(conn, ids)
+
+    def pending(self, conn: Connection, ids: Sequence[int]) -> dict[int, dt.datetime]:
+        return self.rows(conn).pending(conn, ids)
+
+    def drop(self, conn: Connection, ids: Sequence[int]) -> None:
+        self.rows(conn).drop(conn, ids)
+
+    def listed(self, conn: Connection, limit: int) -> list[int]:
+        return self.rows(conn).listed(conn, limit)
+
+    def take(self, ids: Sequence[int]) -> None:
+        """A worker is stopping these jobs. Here their rows show it (``running``, or locked by
+        the batch), so nothing is kept."""
+
+    def consume_taken(self, ids: Sequence[int]) -> set[int]:
+        """Those of ``ids`` a worker took a request for (see ``take``); none here."""
+        return set()
+
+    def close(self) -> None:
+        """Nothing of its own to release."""
+
+
+class SideDatabaseRequests(TableRequests):
+    """Requests in a side database (SQLite's file beside the queue's), each call in a short
+    transaction of its own whatever ``conn`` is: they take effect at once, outside the caller's
+    transaction. The table is created on first use."""
+
+    separate = True
+
+    def __init__(self, url: sa.engine.URL, names: TableNames) -> None:
+        self.url = url
+        metadata = sa.MetaData()
+        self.table = cancels_table(metadata, dataclasses.replace(names, schema=None))
+        self.taken = taken_table(metadata, self.table.name)
+        self._engine: Engine | None = None
+        self._lock = threading.Lock()
+
+    def engine(self) -> Engine:
+        with self._lock:
+            if self._engine is None:
+                engine = dialects.create_engine(self.url, pool_size=1, max_overflow=4)
+                with engine.begin() as conn:
+                    conn.execute(sa.schema.CreateTable(self.table, if_not_exists=True))
+                    conn.execute(sa.schema.CreateTable(self.taken, if_not_exists=True))
+                    for index in self.table.indexes:
+                        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+                self._engine = engine
+            return self._engine
+
+    def _writing(self) -> Any:
+        # BEGIN IMMEDIATE: a read-then-write transaction that waits its turn for the lock.
+        return self.engine().execution_options(**{dialects.WRITE_INTENT: True}).begin()
+
+    def add(self, conn: Connection | None, ids: Sequence[int]) -> None:
+        if ids:
+            with self._writing() as own:
+                self.rows(own).add(own, ids)
+
+    def pending(self, conn: Connection | None, ids: Sequence[int]) -> dict[int, dt.datetime]:
+        if not ids:
+            return {}
+        with self.engine().connect() as own:
+            return self.rows(own).pending(own, ids)
+
+    def drop(self, conn: Connection | None, ids: Sequence[int]) -> None:
+        if ids:
+            with self._writing() as own:
+                self.rows(own).drop(own, ids)
+                own.execute(sa.delete(self.taken).where(self.taken.c.job_id.in_(list(ids))))
+
+    def take(self, ids: Sequence[int]) -> None:
+        """Mark these jobs' requests taken by the worker about to stop them, before it does:
+        once their batch rolls back they look waiting, and a ``cancel`` call that then gets
+        the write lock must leave their end to that worker (which records why it stopped
+        them) instead of cancelling them as waiting jobs."""
+        if ids:
+            with self._writing() as own:
+                own.execute(sa.delete(self.taken).where(self.taken.c.job_id.in_(list(ids))))
+                own.execute(sa.insert(self.taken), [{"job_id": job_id} for job_id in ids])
+
+    def consume_taken(self, ids: Sequence[int]) -> set[int]:
+        """Those of ``ids`` marked taken, unmarking them: a mark left by a worker that died
+        before recording its job's end then misleads at most one call (the request itself
+        stays, and stops the job when it next runs long enough)."""
+        if not ids:
+            return set()
+        where = self.taken.c.job_id.in_(list(ids))
+        with self._writing() as own:
+            found = {
+                int(job_id)
+                for job_id in own.execute(sa.select(self.taken.c.job_id).where(where)).scalars()
+            }
+            if found:
+                own.execute(sa.delete(self.taken).where(where))
+        return found
+
+    def listed(self, conn: Connection | None, limit: int) -> list[int]:
+        with self.engine().connect() as own:
+            return self.rows(own).listed(own, limit)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._engine is not None:
+                self._engine.dispose()
+                self._engine = None
+
+
+RequestStore = TableRequests
+
+
+def taken_table(metadata: sa.MetaData, cancels_name: str) -> sa.Table:
+    """The side database's marks of requests a worker has taken (``SideDatabaseRequests.take``):
+    created on first use like the requests table, in the side file only."""
+    return sa.Table(
+        f"{cancels_name}_taken",
+        metadata,
+        sa.Column("job_id", sa.Integer(), primary_key=True, autoincrement=False),
+    )
+
+
+def request_store(side_url: sa.engine.URL | None, tables: QueueTables) -> RequestStore:
+    """Where a queue's cancel requests live: beside its jobs, or in the side database the
+    database module asks for (``Dialect.side_database_url``: SQLite's file beside its own)."""
+    if side_url is None:
+        return TableRequests(tables)
+    return SideDatabaseRequests(side_url, tables.names)

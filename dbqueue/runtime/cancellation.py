@@ -13,22 +13,15 @@ lock — which the stopped job's batch then releases.
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dbqueue import dialects
-from dbqueue.engine import CancelRequestRows
 from dbqueue.errors import ConfigurationError
 from dbqueue.job import Status
-from dbqueue.schema.tables import QueueTables, TableNames, cancels_table
 
 if TYPE_CHECKING:
-    import datetime as dt
 
     from dbqueue.runtime.context import RuntimeContext
 
@@ -55,147 +48,14 @@ def job_ids(ids: int | Iterable[int]) -> list[int]:
     return list(dict.fromkeys(found))
 
 
-# ---- where requests are kept --------------------------------------------------------------------
-class TableRequests:
-    """Requests in ``<jobs>_cancels`` of the queue's own database, written on the caller's
-    connection: they commit (or roll back) with the caller's transaction."""
-
-    separate = False
-
-    def __init__(self, tables: QueueTables) -> None:
-        self.table = tables.cancels
-
-    def rows(self, conn: Connection) -> CancelRequestRows:
-        return CancelRequestRows(self.table, dialects.for_sqlalchemy(conn.dialect))
-
-    def add(self, conn: Connection, ids: Sequence[int]) -> None:
-        self.rows(conn).add(conn, ids)
-
-    def pending(self, conn: Connection, ids: Sequence[int]) -> dict[int, dt.datetime]:
-        return self.rows(conn).pending(conn, ids)
-
-    def drop(self, conn: Connection, ids: Sequence[int]) -> None:
-        self.rows(conn).drop(conn, ids)
-
-    def listed(self, conn: Connection, limit: int) -> list[int]:
-        return self.rows(conn).listed(conn, limit)
-
-    def take(self, ids: Sequence[int]) -> None:
-        """A worker is stopping these jobs. Here their rows show it (``running``, or locked by
-        the batch), so nothing is kept."""
-
-    def consume_taken(self, ids: Sequence[int]) -> set[int]:
-        """Those of ``ids`` a worker took a request for (see ``take``); none here."""
-        return set()
-
-    def close(self) -> None:
-        """Nothing of its own to release."""
 
 
-class SideDatabaseRequests(TableRequests):
-    """Requests in a side database (SQLite's file beside the queue's), each call in a short
-    transaction of its own whatever ``conn`` is: they take effect at once, outside the caller's
-    transaction. The table is created on first use."""
-
-    separate = True
-
-    def __init__(self, url: sa.engine.URL, names: TableNames) -> None:
-        self.url = url
-        metadata = sa.MetaData()
-        self.table = cancels_table(metadata, dataclasses.replace(names, schema=None))
-        self.taken = taken_table(metadata, self.table.name)
-        self._engine: Engine | None = None
-        self._lock = threading.Lock()
-
-    def engine(self) -> Engine:
-        with self._lock:
-            if self._engine is None:
-                engine = dialects.create_engine(self.url, pool_size=1, max_overflow=4)
-                with engine.begin() as conn:
-                    conn.execute(sa.schema.CreateTable(self.table, if_not_exists=True))
-                    conn.execute(sa.schema.CreateTable(self.taken, if_not_exists=True))
-                    for index in self.table.indexes:
-                        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
-                self._engine = engine
-            return self._engine
-
-    def _writing(self) -> Any:
-        # BEGIN IMMEDIATE: a read-then-write transaction that waits its turn for the lock.
-        return self.engine().execution_options(**{dialects.WRITE_INTENT: True}).begin()
-
-    def add(self, conn: Connection | None, ids: Sequence[int]) -> None:
-        if ids:
-            with self._writing() as own:
-                self.rows(own).add(own, ids)
-
-    def pending(self, conn: Connection | None, ids: Sequence[int]) -> dict[int, dt.datetime]:
-        if not ids:
-            return {}
-        with self.engine().connect() as own:
-            return self.rows(own).pending(own, ids)
-
-    def drop(self, conn: Connection | None, ids: Sequence[int]) -> None:
-        if ids:
-            with self._writing() as own:
-                self.rows(own).drop(own, ids)
-                own.execute(sa.delete(self.taken).where(self.taken.c.job_id.in_(list(ids))))
-
-    def take(self, ids: Sequence[int]) -> None:
-        """Mark these jobs' requests taken by the worker about to stop them, before it does:
-        once their batch rolls back they look waiting, and a ``cancel`` call that then gets
-        the write lock must leave their end to that worker (which records why it stopped
-        them) instead of cancelling them as waiting jobs."""
-        if ids:
-            with self._writing() as own:
-                own.execute(sa.delete(self.taken).where(self.taken.c.job_id.in_(list(ids))))
-                own.execute(sa.insert(self.taken), [{"job_id": job_id} for job_id in ids])
-
-    def consume_taken(self, ids: Sequence[int]) -> set[int]:
-        """Those of ``ids`` marked taken, unmarking them: a mark left by a worker that died
-        before recording its job's end then misleads at most one call (the request itself
-        stays, and stops the job when it next runs long enough)."""
-        if not ids:
-            return set()
-        where = self.taken.c.job_id.in_(list(ids))
-        with self._writing() as own:
-            found = {
-                int(job_id)
-                for job_id in own.execute(sa.select(self.taken.c.job_id).where(where)).scalars()
-            }
-            if found:
-                own.execute(sa.delete(self.taken).where(where))
-        return found
-
-    def listed(self, conn: Connection | None, limit: int) -> list[int]:
-        with self.engine().connect() as own:
-            return self.rows(own).listed(own, limit)
-
-    def close(self) -> None:
-        with self._lock:
-            if self._engine is not None:
-                self._engine.dispose()
-                self._engine = None
 
 
-RequestStore = TableRequests
 
 
-def taken_table(metadata: sa.MetaData, cancels_name: str) -> sa.Table:
-    """The side database's marks of requests a worker has taken (``SideDatabaseRequests.take``):
-    created on first use like the requests table, in the side file only."""
-    return sa.Table(
-        f"{cancels_name}_taken",
-        metadata,
-        sa.Column("job_id", sa.Integer(), primary_key=True, autoincrement=False),
-    )
 
 
-def request_store(context: RuntimeContext) -> RequestStore:
-    """Where this queue's cancel requests live (the database decides; see the module doc)."""
-    side = context.dialect_class().side_database_url(sa.engine.make_url(context.url))
-    if side is None:
-        return TableRequests(context.tables)
-    return SideDatabaseRequests(side, context.names)
 
 
 def forget_ended(context: RuntimeContext, conn: Connection, limit: int = 1000) -> int:

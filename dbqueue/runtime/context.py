@@ -24,15 +24,14 @@ from dbqueue import dialects, strategies
 from dbqueue.base import payload as payload_codec
 from dbqueue.base.identifiers import check_queue_name
 from dbqueue.base.wakeup import Notifier
-from dbqueue.config import Settings, redact
+from dbqueue.config import MaintenanceSettings, Settings, redact
 from dbqueue.engine import QueueEngine
+from dbqueue.engine.cancels import RequestStore, request_store
 from dbqueue.engine.instruments import Instruments
 from dbqueue.errors import ConfigurationError, DatabaseUnavailableError
 from dbqueue.migrations.migrate import check_schema
 from dbqueue.pubsub.subscriptions import SubscriptionStore
 from dbqueue.pubsub.webhooks import DEFAULT_WEBHOOK_TIMEOUT, WebhookHandler, WebhookSender
-from dbqueue.runtime import cancellation
-from dbqueue.runtime.maintenance import MaintenanceSettings
 from dbqueue.runtime.policy import RetryPolicy
 from dbqueue.runtime.tenants import TenantDatabases, TenantSource
 from dbqueue.schema.tables import (
@@ -109,7 +108,7 @@ class RuntimeContext:
         self._async_engines: weakref.WeakKeyDictionary[Any, AsyncEngine] = (
             weakref.WeakKeyDictionary()
         )
-        self._cancel_requests: cancellation.RequestStore | None = None
+        self._cancel_requests: RequestStore | None = None
         self._workers_engine: Engine | bool | None = None
 
     def _resolve_job_defaults(self, settings: Settings, backoff: Backoff | None) -> None:
@@ -210,11 +209,12 @@ class RuntimeContext:
             self._queue_engines[key] = found
         return found
 
-    def cancel_requests(self) -> cancellation.RequestStore:
+    def cancel_requests(self) -> RequestStore:
         """Where cancel requests for running jobs are kept (``dbqueue.runtime.cancellation``)."""
         with self._lock:
             if self._cancel_requests is None:
-                self._cancel_requests = cancellation.request_store(self)
+                side = self.dialect_class().side_database_url(sa.engine.make_url(self.url))
+                self._cancel_requests = request_store(side, self.tables)
             return self._cancel_requests
 
     def workers_side_engine(self) -> Engine | None:

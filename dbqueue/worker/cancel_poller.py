@@ -20,7 +20,7 @@ from dbqueue.worker.process import first_line
 from dbqueue.worker.watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from dbqueue.runtime.cancellation import RequestStore
+    from dbqueue.engine.cancels import RequestStore
 
 log = logging.getLogger("dbqueue.worker")
 

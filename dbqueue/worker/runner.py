@@ -18,11 +18,12 @@ from dbqueue import dialects
 from dbqueue.base.identifiers import check_queue_name
 from dbqueue.base.limits import check_queue_limits
 from dbqueue.base.wakeup import Notifier, WakeSignal
+from dbqueue.config import MaintenanceSettings
 from dbqueue.errors import ConfigurationError
 from dbqueue.pubsub.subscriptions import subscription_problems
 from dbqueue.runtime.commit_wake import CommitWaker
 from dbqueue.runtime.context import RuntimeContext
-from dbqueue.runtime.maintenance import Maintenance, MaintenanceSettings
+from dbqueue.runtime.maintenance import Maintenance
 from dbqueue.worker.aio import EventLoop, SlotHandle, start_slot
 from dbqueue.worker.cancel_poller import CancelPoller
 from dbqueue.worker.heartbeat import DEFAULT_HEARTBEAT_INTERVAL, Heartbeat
