@@ -114,7 +114,7 @@ def claim_plan(app: dbqueue.App) -> str:
     engine = app.create_engine()
     try:
         with engine.connect() as conn:
-            stmt = app.queue_engine(conn).runnable("default", 10)
+            stmt = app.queue_engine(conn).claims.runnable("default", 10)
             if conn.dialect.name != "sqlite":
                 stmt = stmt.with_for_update(skip_locked=True)
             sql = str(stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))

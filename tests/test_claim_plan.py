@@ -27,6 +27,7 @@ from support.backends import drop_queue_tables
 
 import dbqueue
 from dbqueue.job import Job, Status
+from dbqueue.strategies.base import Fence
 
 JOBS = 20_000
 CHUNK = 2_000
@@ -87,7 +88,7 @@ def filled(backend) -> Iterator[dbqueue.App]:
 
 def claim_statement(app: dbqueue.App, conn: sa.Connection, queue: str, limit: int) -> sa.Select:
     """Exactly what SkipLockedStrategy.claim executes."""
-    return app.queue_engine(conn).runnable(queue, limit).with_for_update(skip_locked=True)
+    return app.queue_engine(conn).claims.runnable(queue, limit).with_for_update(skip_locked=True)
 
 
 def claim_sql(app: dbqueue.App, conn: sa.Connection, queue: str, limit: int) -> str:
@@ -194,7 +195,7 @@ def test_a_second_claim_takes_the_next_job_without_waiting(filled, backend):
                     )
                     assert conn.get_isolation_level() == "READ COMMITTED"
                 conn.commit()
-            expected = app.queue_engine(first).candidate_ids(first, "q1", 2)
+            expected = app.queue_engine(first).claims.candidate_ids(first, "q1", 2)
             first.rollback()
             assert len(expected) == 2
 
@@ -240,12 +241,8 @@ def test_a_batch_completion_finds_its_jobs_by_primary_key_even_without_statistic
             jobs = [Job(id=job_id, started_at=dt.datetime.now(dt.timezone.utc)) for job_id in batch]
             sql = driver_sql(
                 conn,
-                lambda c: queue_engine.complete(
-                    c,
-                    [(job, None) for job in jobs],
-                    attempt_increment=1,
-                    expected_status=Status.AVAILABLE,
-                    worker_id="plan",
+                lambda c: queue_engine.outcomes.complete(
+                    c, [(job, None) for job in jobs], Fence(Status.AVAILABLE, 1, "plan")
                 ),
             )
             if backend.database == "postgresql":

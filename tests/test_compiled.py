@@ -40,10 +40,10 @@ def test_a_compiled_claim_reads_the_rows_connection_execute_reads(database, path
     ids = _enqueue_three(app, engine)
     with engine.connect() as conn, conn.begin():
         queue_engine = app.queue_engine(conn)
-        stmt = queue_engine.runnable()
+        stmt = queue_engine.claims.runnable()
         params = {"queue": "default", "limit": 10}
         expected = [tuple(row)[:-1] for row in conn.execute(stmt, params).all()]
-        compiled = queue_engine.compiled(stmt)
+        compiled = queue_engine.sql.compiled(stmt)
         got = [tuple(compiled.process(row))[:-1] for row in compiled.raw_rows(conn, params)]
     engine.dispose()
     assert sorted(row[0] for row in got) == sorted(ids)
@@ -93,7 +93,7 @@ def test_a_lost_connection_is_invalidated_and_raised_as_sqlalchemy_error(backend
     with engine.connect() as conn:
         conn.begin()
         queue_engine = app.queue_engine(conn)
-        compiled = queue_engine.compiled(queue_engine.runnable())
+        compiled = queue_engine.sql.compiled(queue_engine.claims.runnable())
         assert queue_engine.dialect.end_connection(engine, conn.connection.dbapi_connection)
         with pytest.raises(sa.exc.DBAPIError) as raised:
             compiled.raw_rows(conn, {"queue": "default", "limit": 10})
@@ -122,7 +122,7 @@ def test_the_claims_row_reader_builds_the_jobs_from_tuple_builds(database):
     ids = _enqueue_three(app, engine)
     with engine.connect() as conn, conn.begin():
         queue_engine = app.queue_engine(conn)
-        compiled = queue_engine.compiled(queue_engine.runnable())
+        compiled = queue_engine.sql.compiled(queue_engine.claims.runnable())
         read = row_reader(compiled.result_processors)
         rows = compiled.raw_rows(conn, {"queue": "default", "limit": 10})
         expected = [Job.from_tuple(compiled.process(row), 1).as_dict() for row in rows]
@@ -146,7 +146,7 @@ def test_a_claimed_jobs_lazy_columns_hold_the_claimed_values(database):
     jobs = app.tables.jobs
     with engine.connect() as conn, conn.begin():
         queue_engine = app.queue_engine(conn)
-        compiled = queue_engine.compiled(queue_engine.runnable())
+        compiled = queue_engine.sql.compiled(queue_engine.claims.runnable())
         read = row_reader(compiled.result_processors)
         rows = compiled.raw_rows(conn, {"queue": "default", "limit": 10})
         claimed = {job.id: job for job in (read(row, 1) for row in rows)}

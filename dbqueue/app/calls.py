@@ -223,7 +223,7 @@ class ResultCalls:
         engine = self.context.engine
         with contextlib.ExitStack() as stack:
             with connection_for(engine) as conn:
-                job_id = self.context.queue_engine(conn).insert(conn, job)
+                job_id = self.context.queue_engine(conn).inserts.insert(conn, job)
                 watch = stack.enter_context(self._finish_waiters.watch(job_id))
             self._enqueued(None, [job.queue], [job_id])  # wakes workers, or runs it (eager)
             return self._wait(job_id, timeout, deadline, watch, engine)
@@ -270,7 +270,7 @@ class ResultCalls:
 
     def _read(self, job_id: int, target: Target) -> dict[str, Any]:
         with connection_for(target) as conn:
-            state = self.context.queue_engine(conn).finish_state(conn, job_id)
+            state = self.context.queue_engine(conn).queries.finish_state(conn, job_id)
         if state is None:
             raise JobNotFoundError(
                 f"there is no job {job_id} in {self.context.names.qualified_jobs}: it was never "

@@ -53,5 +53,5 @@ class CancelAPI:
         reached no subscription)."""
         (publication_id,) = cancellation.job_ids(publication_id)
         with connection_for(self._target(target)) as conn:
-            ids = self.context.queue_engine(conn).publication_jobs(conn, publication_id)
+            ids = self.context.queue_engine(conn).queries.publication_jobs(conn, publication_id)
         return self.cancel(ids, target) if ids else {}

@@ -361,14 +361,14 @@ class App(
             if value is not _ANY
         }
         with connection_for(self._target(target)) as conn:
-            return self.context.queue_engine(conn).find_equivalent(
+            return self.context.queue_engine(conn).queries.find_equivalent(
                 conn, task, encoded, statuses, filters
             )
 
     def get_job(self, job_id: int, target: Target | None = None) -> dict[str, Any] | None:
         """One job row as a dict (None if there is no such job)."""
         with connection_for(self._target(target)) as conn:
-            return self.context.queue_engine(conn).get(conn, job_id)
+            return self.context.queue_engine(conn).queries.get(conn, job_id)
 
     # ---- monitoring (the dead-job morgue: dbqueue.morgue) ------------------------------------
     def stats(self, target: Target | None = None) -> list[QueueSummary]:
@@ -377,7 +377,7 @@ class App(
         workers report running, under every strategy), the oldest runnable job's age."""
         with connection_for(self._target(target)) as conn:
             engine = self.context.queue_engine(conn)
-            found = engine.stats(conn)[0]
+            found = engine.queries.stats(conn)[0]
             with self.context.workers_connection(conn) as registry:
                 infos = worker_infos(self.context.queue_engine(registry), registry)
             return with_running(engine, conn, found, infos)
@@ -410,7 +410,7 @@ class App(
     def maintenance_status(self, target: Target | None = None) -> list[dict[str, Any]]:
         """One row per routine: last tick, who ran it, when, how many runs, the result."""
         with connection_for(self._target(target)) as conn:
-            return self.context.queue_engine(conn).maintenance_status(conn)
+            return self.context.queue_engine(conn).housekeeping.maintenance_status(conn)
 
     # ---- schema -------------------------------------------------------------------------------
     def migrate(self, revision: str = "head") -> None:

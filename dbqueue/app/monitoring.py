@@ -102,7 +102,7 @@ class WorkerInfo:
 
 
 def worker_infos(engine: Any, conn: Any, include_gone: bool = False) -> list[WorkerInfo]:
-    return [WorkerInfo.of(row) for row in engine.worker_rows(conn, include_gone)]
+    return [WorkerInfo.of(row) for row in engine.workers.worker_rows(conn, include_gone)]
 
 
 def with_running(
@@ -112,7 +112,7 @@ def with_running(
     their rows still say ``available`` (claims inside an open transaction: skip_locked,
     SQLite), taken out of ``available``; under every strategy ``running`` is then what runs."""
     ids = [job["id"] for info in workers for job in info.jobs]
-    hidden = engine.still_available(conn, ids) if ids else {}
+    hidden = engine.queries.still_available(conn, ids) if ids else {}
     return [QueueSummary.of(stats, hidden.get(stats.queue, 0)) for stats in found]
 
 

@@ -54,7 +54,7 @@ class MorgueAPI:
         oldest job first."""
         check_order(order_by)
         with connection_for(self._target(target)) as conn:
-            return self.context.queue_engine(conn).dead_jobs(
+            return self.context.queue_engine(conn).morgue.dead_jobs(
                 conn, queue, limit, task=task, order_by=order_by
             )
 
@@ -100,5 +100,5 @@ class MorgueAPI:
         with connection_for(write_target(self._target(target))) as conn:
             engine = self.context.queue_engine(conn)
             if chosen is None:
-                chosen = engine.dead_ids(conn, queue, task)
+                chosen = engine.morgue.dead_ids(conn, queue, task)
             return getattr(engine, action)(conn, chosen) if chosen else []

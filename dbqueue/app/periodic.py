@@ -154,7 +154,9 @@ class PeriodicRegistration:
         schedules = self.schedules()
         with self.context.engine.connect() as conn:
             check_schema(conn, self.context.names)
-            found = {r["name"]: r for r in self.context.queue_engine(conn).periodic_status(conn)}
+            found = {
+                r["name"]: r for r in self.context.queue_engine(conn).periodic.periodic_status(conn)
+            }
         now = dt.datetime.now(UTC)
         rows = [
             {**_describe(self.context, s, now), **_recorded(found.pop(s.name, None))}

@@ -76,12 +76,12 @@ def publish(
         topic, reached, template.tenant, template.business_group, webhooks_only
     )
     engine = context.queue_engine(conn)
-    publication_id = engine.insert_finished(conn, record, message)
+    publication_id = engine.inserts.insert_finished(conn, record, message)
     deliveries = [
         _delivery(context, template, publication_id, subscription_id, explicit)
         for subscription_id in reached
     ]
-    ids = engine.insert_many(conn, deliveries, need_ids=need_ids) if deliveries else []
+    ids = engine.inserts.insert_many(conn, deliveries, need_ids=need_ids) if deliveries else []
     return publication_id, [delivery.queue for delivery in deliveries], ids
 
 

@@ -118,7 +118,7 @@ class ClientWrites:
             if unique:  # each one decides against its key's holder: one at a time
                 ids = [insert_job(engine, conn, job) for job in built]
             else:
-                ids = engine.insert_many(conn, built, need_ids=need_ids)
+                ids = engine.inserts.insert_many(conn, built, need_ids=need_ids)
             return Written(ids, [job.queue for job in built], ids)
 
         return Write(run, reads_first=unique)
@@ -127,7 +127,9 @@ class ClientWrites:
         need_ids = self.eager
 
         def run(conn: Connection) -> Written:
-            ids = self.context.queue_engine(conn).insert_plain(conn, flat, need_ids=need_ids)
+            ids = self.context.queue_engine(conn).inserts.insert_plain(
+                conn, flat, need_ids=need_ids
+            )
             return Written(ids, flat[1 :: len(ALWAYS)], ids)
 
         return Write(run)

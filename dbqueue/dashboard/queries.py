@@ -136,7 +136,7 @@ def throughput(
     """Jobs finished per BUCKET_MINUTES over the last hour: queue → {"succeeded": [...],
     "dead": [...]} (oldest bucket first), and the start of the first bucket."""
     j = app.tables.jobs
-    end = conn.execute(sa.select(app.queue_engine(conn).db_now())).scalar_one()
+    end = conn.execute(sa.select(app.queue_engine(conn).sql.db_now())).scalar_one()
     start = end - dt.timedelta(minutes=BUCKETS * BUCKET_MINUTES)
     edges = [start + dt.timedelta(minutes=BUCKET_MINUTES * i) for i in range(BUCKETS + 1)]
     # One CASE picking the row's bucket (its arms stop at the first match), grouped on: a few

@@ -22,41 +22,25 @@ from sqlalchemy.engine import Connection, Engine
 
 from dbqueue import dialects
 from dbqueue.dialects import Dialect
-from dbqueue.engine.keys import Keys
+from dbqueue.engine import catalog
+from dbqueue.engine.keys import KeyLines
 from dbqueue.engine.records import truncate
-from dbqueue.engine.unique import UniqueRelease
-from dbqueue.job import PUBLICATION_MARKER, Job, Status
+from dbqueue.engine.statements import Statements
+from dbqueue.engine.unique import UniqueKeys
+from dbqueue.job import Job, Status
 from dbqueue.schema.tables import QueueTables, TableNames, cancels_table
-from dbqueue.schema.types import UtcDateTime
+from dbqueue.strategies.base import Fence
 
 #: The message of a job cancelled before it ran.
 CANCELLED_WAITING = "cancelled while waiting to run"
 
 
-class Cancels(UniqueRelease, Keys):
-    def job_states(self, conn: Connection, ids: Sequence[int]) -> dict[int, str]:
-        """The committed status of each of ``ids`` that exists; never waits for a lock."""
-        if not ids:
-            return {}
-        j = self.jobs
-        with self.translate_errors():
-            rows = conn.execute(sa.select(j.c.id, j.c.status).where(j.c.id.in_(list(ids))))
-            return {int(job_id): status for job_id, status in rows}
-
-    def publication_jobs(self, conn: Connection, publication_id: int) -> list[int]:
-        """The jobs of one publication: its deliveries and their dead-letter jobs (not the
-        publication's own record, which is finished from the start)."""
-        j = self.jobs
-        with self.translate_errors():
-            rows = conn.execute(
-                sa.select(j.c.id)
-                .where(
-                    j.c.publication_id == publication_id,
-                    j.c.subscription_id != PUBLICATION_MARKER,
-                )
-                .order_by(j.c.id)
-            )
-            return [int(job_id) for job_id in rows.scalars()]
+class Cancels:
+    def __init__(self, sql: Statements, keys: KeyLines, unique: UniqueKeys) -> None:
+        self.sql = sql
+        self.keys = keys
+        self.unique = unique
+        self.dialect = sql.dialect
 
     def cancel_waiting(
         self,
@@ -69,95 +53,62 @@ class Cancels(UniqueRelease, Keys):
         row another transaction holds is left alone (a claim holds it: the job is running).
         ``held``, asked once the write lock is ours, names jobs a worker is stopping: their
         rolled-back batch shows them waiting, but that worker records their end."""
-        j = self.jobs
         free = list(ids)
         if not free:
             return []
-        with self.translate_errors():
-            self.dialect.take_write_lock(conn, j)
+        new = self.sql.new
+        with self.sql.translate_errors():
+            self.dialect.take_write_lock(conn, self.sql.jobs)
             if held is not None:
                 stopping = held(free)
                 free = [job_id for job_id in free if job_id not in stopping]
                 if not free:
                     return []
-            heads = self.lock_lines(conn, free)
+            heads = self.keys.lock_lines(conn, free)
         if free and self.dialect.supports_skip_locked:
-            with self.translate_errors():
-                free = list(
-                    conn.execute(
-                        sa.select(j.c.id)
-                        .where(j.c.id.in_(free), j.c.status.in_(Status.WAITING))
-                        .with_for_update(skip_locked=True)
-                    ).scalars()
-                )
+            with self.sql.translate_errors():
+                free = list(conn.execute(new(catalog.jobs_waiting_unlocked, free)).scalars())
         if not free:
             return []
-        now = self.dialect.now()
-        with self.translate_errors():
-            changed = conn.execute(
-                sa.update(j)
-                .where(j.c.id.in_(free), self.dialect.unindexed(j.c.status).in_(Status.WAITING))
-                .values(
-                    status=Status.CANCELLED,
-                    message=CANCELLED_WAITING,
-                    finished_at=now,
-                    cancel_requested_at=now,
-                    updated_at=now,
-                )
-            ).rowcount
+        with self.sql.translate_errors():
+            stmt = new(catalog.jobs_cancel_waiting, free, CANCELLED_WAITING)
+            changed = conn.execute(stmt).rowcount
         if changed != len(free):
             # Without row locks taken first, another writer may have got to some (a claim,
             # another cancel): the ones that are cancelled now are taken as ours.
-            states = self.job_states(conn, free)
+            with self.sql.translate_errors():
+                states = dict(conn.execute(new(catalog.jobs_states, free)).all())
             free = [job_id for job_id in free if states.get(job_id) == Status.CANCELLED]
         for job_id in free:
             if job_id in heads:  # it headed its key's line: the next job may run
                 queue, key, place = heads[job_id]
-                self.release_key(conn, queue, key, place, job_id)
+                self.keys.release_key(conn, queue, key, place, job_id)
         if free:
-            self.announce_finished(conn, free)  # a caller of app.call may wait for one
-            self.release_finished(conn, free)
+            self.sql.announce_finished(conn, free)  # a caller of app.call may wait for one
+            self.unique.release_finished(conn, free)
         return free
 
     def cancel_running(
         self,
         conn: Connection,
         job: Job,
+        fence: Fence,
         message: str,
-        *,
         requested_at: dt.datetime | None,
-        attempt_increment: int,
-        expected_status: str,
-        worker_id: str,
-        claimed_by: str | None = None,
-        same_attempt: bool = False,
     ) -> int:
         """The worker's record of a running job it stopped on request: ``cancelled``, the
-        attempt counted, no retry, no dead-letter job. Fenced like ``fail()``; returns the rows
-        changed (0: the job is no longer this worker's)."""
-        j = self.jobs
-        now = self.dialect.now()
-        guard = [j.c.id == job.id, j.c.status == expected_status, *self._claimed_by(claimed_by)]
-        if same_attempt:
-            guard.append(j.c.attempt == job.attempt - attempt_increment)
-        values: dict[str, Any] = {
-            "status": Status.CANCELLED,
-            "attempt": j.c.attempt + attempt_increment,
-            "message": truncate(message),
-            "started_at": job.started_at,
-            "first_attempt_at": sa.func.coalesce(j.c.first_attempt_at, job.started_at),
-            "finished_at": now,
-            "cancel_requested_at": now if requested_at is None else requested_at,
-            "updated_at": now,
-            "worker_id": worker_id,
-        }
-        changed = conn.execute(sa.update(j).where(*guard).values(values)).rowcount
+        attempt counted, no retry, no dead-letter job. Fenced like ``Outcomes.fail``; returns
+        the rows changed (0: the job is no longer this claim's)."""
+        stmt = self.sql.new(
+            catalog.jobs_cancel_running, job, fence, truncate(message), requested_at
+        )
+        changed = conn.execute(stmt).rowcount
         if changed:
-            self.release_keys(conn, [job])
+            self.keys.release_keys(conn, [job])
         if changed and job.awaited:
-            self.announce_finished(conn, [job.id])
+            self.sql.announce_finished(conn, [job.id])
         if changed and job.unique_key:
-            self.release_unique(conn, [(job.queue, job.unique_key, job.id)])
+            self.unique.release_unique(conn, [(job.queue, job.unique_key, job.id)])
         return changed
 
 
@@ -176,35 +127,25 @@ class CancelRequestRows:
         pending = self.pending(conn, ids)
         new = [{"job_id": job_id} for job_id in dict.fromkeys(ids) if job_id not in pending]
         if new:
-            conn.execute(sa.insert(self.table).values(requested_at=self.dialect.now()), new)
+            conn.execute(catalog.cancels_add(self.table, self.dialect), new)
 
     def pending(self, conn: Connection, ids: Sequence[int]) -> dict[int, dt.datetime]:
         """job id → when its (first) request was made, for those of ``ids`` that have one."""
         if not ids:
             return {}
-        t = self.table
-        rows = conn.execute(
-            sa.select(t.c.job_id, sa.type_coerce(sa.func.min(t.c.requested_at), UtcDateTime()))
-            .where(t.c.job_id.in_(list(ids)))
-            .group_by(t.c.job_id)
-        )
+        rows = conn.execute(catalog.cancels_pending(self.table, self.dialect, ids))
         return {int(job_id): requested_at for job_id, requested_at in rows}
 
     def listed(self, conn: Connection, limit: int) -> list[int]:
         """Job ids that have requests, oldest request first (for the purge's clean-up)."""
-        t = self.table
-        rows = conn.execute(
-            sa.select(t.c.job_id).group_by(t.c.job_id).order_by(sa.func.min(t.c.id)).limit(limit)
-        )
+        rows = conn.execute(catalog.cancels_listed(self.table, self.dialect, limit))
         return [int(job_id) for job_id in rows.scalars()]
 
     def drop(self, conn: Connection, ids: Sequence[int]) -> int:
         """Delete the requests of ``ids`` (their jobs have ended, or were cancelled waiting)."""
         if not ids:
             return 0
-        return conn.execute(
-            sa.delete(self.table).where(self.table.c.job_id.in_(list(ids)))
-        ).rowcount
+        return conn.execute(catalog.cancels_drop(self.table, self.dialect, ids)).rowcount
 
 
 # ---- where requests are kept --------------------------------------------------------------------
@@ -290,7 +231,7 @@ class SideDatabaseRequests(TableRequests):
         if ids:
             with self._writing() as own:
                 self.rows(own).drop(own, ids)
-                own.execute(sa.delete(self.taken).where(self.taken.c.job_id.in_(list(ids))))
+                own.execute(catalog.cancels_drop(self.taken, self.rows(own).dialect, ids))
 
     def take(self, ids: Sequence[int]) -> None:
         """Mark these jobs' requests taken by the worker about to stop them, before it does:
@@ -299,8 +240,9 @@ class SideDatabaseRequests(TableRequests):
         them) instead of cancelling them as waiting jobs."""
         if ids:
             with self._writing() as own:
-                own.execute(sa.delete(self.taken).where(self.taken.c.job_id.in_(list(ids))))
-                own.execute(sa.insert(self.taken), [{"job_id": job_id} for job_id in ids])
+                dialect = self.rows(own).dialect
+                own.execute(catalog.cancels_drop(self.taken, dialect, ids))
+                own.execute(catalog.cancels_take(self.taken, dialect), [{"job_id": i} for i in ids])
 
     def consume_taken(self, ids: Sequence[int]) -> set[int]:
         """Those of ``ids`` marked taken, unmarking them: a mark left by a worker that died
@@ -308,14 +250,12 @@ class SideDatabaseRequests(TableRequests):
         stays, and stops the job when it next runs long enough)."""
         if not ids:
             return set()
-        where = self.taken.c.job_id.in_(list(ids))
         with self._writing() as own:
-            found = {
-                int(job_id)
-                for job_id in own.execute(sa.select(self.taken.c.job_id).where(where)).scalars()
-            }
+            dialect = self.rows(own).dialect
+            taken = own.execute(catalog.cancels_taken_among(self.taken, dialect, ids)).scalars()
+            found = {int(job_id) for job_id in taken}
             if found:
-                own.execute(sa.delete(self.taken).where(where))
+                own.execute(catalog.cancels_drop(self.taken, dialect, ids))
         return found
 
     def listed(self, conn: Connection | None, limit: int) -> list[int]:

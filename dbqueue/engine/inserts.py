@@ -11,10 +11,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from dbqueue.engine import catalog
 from dbqueue.engine.compiled import CompiledStatement
-from dbqueue.engine.instruments import observed_insert
-from dbqueue.engine.keys import Keys
+from dbqueue.engine.instruments import Instruments, observed_insert
+from dbqueue.engine.keys import KeyLines
 from dbqueue.engine.records import ALWAYS, NewJob, flat_values, new_jobs, truncate
+from dbqueue.engine.statements import Statements
 from dbqueue.job import Status
 
 #: Rows per columnar INSERT (PostgreSQL): large enough that statement overhead vanishes.
@@ -29,7 +31,6 @@ _KEPT_SIZES = 8
 _ROWS_LOCK = threading.Lock()
 #: What an optional column holds when a job leaves it unset (its server default).
 _UNSET: dict[str, Any] = {"dead": False, "status": Status.AVAILABLE}
-_NO_INSERTS: dict[Any, Any] = {}
 
 
 def _same_columns(rows: list[dict[str, Any]]) -> None:
@@ -49,19 +50,18 @@ def _in_line(row: dict[str, Any], place: int) -> dict[str, Any]:
     return row
 
 
-class Inserts(Keys):
-    def _insert_statement(self, timing: str) -> sa.Insert:
-        """INSERT whose columns come from the parameters; with a delay, run_at is computed from
-        the database clock and the ``delay_seconds`` parameter."""
-
-        def build() -> sa.Insert:
-            stmt = self._with_times(sa.insert(self.jobs), timing)
-            if timing == "delay":
-                delay = sa.bindparam("delay_seconds", type_=sa.Float())
-                stmt = stmt.values(run_at=self.dialect.now_plus(delay))
-            return stmt
-
-        return self.statement(f"insert:{timing}", build)
+class Inserts:
+    def __init__(self, sql: Statements, keys: KeyLines, instruments: Instruments) -> None:
+        self.sql = sql
+        self.keys = keys
+        self.dialect = sql.dialect
+        #: Metrics and tracing observers (dbqueue.engine.instruments); empty unless turned on.
+        self.instruments = instruments
+        #: (timing, columns) → the one-row INSERT compiled, and whether lastrowid gives its id.
+        self._one_row_inserts: dict[tuple[str, tuple[str, ...]], Any] = {}
+        #: Multi-row INSERTs compiled by number of rows (a few kept), and the sizes seen once.
+        self._rows_statements: OrderedDict[tuple[Any, ...], CompiledStatement] = OrderedDict()
+        self._rows_sizes_seen: set[tuple[Any, ...]] = set()
 
     def insert(self, conn: Connection, job: NewJob) -> int:
         if self.instruments.enqueue:  # metrics or tracing: count it, give it a producer span
@@ -73,7 +73,7 @@ class Inserts(Keys):
     def _insert(self, conn: Connection, job: NewJob) -> int:
         row = job.values()
         if job.key is not None:
-            _in_line(row, self.take_places(conn, job.queue, job.key, 1))
+            _in_line(row, self.keys.take_places(conn, job.queue, job.key, 1))
         timing = job.timing
         if timing == "delay":
             row["delay_seconds"] = float(job.delay or 0)
@@ -82,20 +82,20 @@ class Inserts(Keys):
         # take it: the driver's lastrowid (MySQL, SQLite: no result set to parse), else
         # RETURNING. Looked up by (timing, columns) directly: a one-job enqueue is this.
         key = (timing, tuple(row))
-        found = self.__dict__.get("_one_row_inserts", _NO_INSERTS).get(key)
+        found = self._one_row_inserts.get(key)
         if found is None:
             found = self._one_row_insert(conn, key)
         compiled, lastrowid = found
         if compiled is None:
-            with self.translate_errors():
-                result = conn.execute(self._insert_statement(timing), row)
+            with self.sql.translate_errors():
+                result = conn.execute(self.sql(catalog.jobs_insert, timing), row)
             return int(result.inserted_primary_key[0])
         try:
             if lastrowid:
                 return int(compiled.lastrowid(conn, row))
             return int(compiled.raw_rows(conn, row)[0][0])
         except sa.exc.DBAPIError as exc:  # what translate_errors does, without its cost
-            self.translate_errors().__exit__(type(exc), exc, None)
+            self.sql.translate_errors().__exit__(type(exc), exc, None)
             raise
 
     def _one_row_insert(
@@ -105,44 +105,27 @@ class Inserts(Keys):
         lastrowid); (None, False) where neither way gives the id (then SQLAlchemy's own)."""
         timing, columns = key
         if conn.dialect.postfetch_lastrowid:
-            stmt = self.statement(
-                f"insert:{timing}:{','.join(columns)}",
-                lambda: self._build_insert(columns, timing),
-            )
-            found: tuple[CompiledStatement | None, bool] = (self.compiled(stmt), True)
+            stmt = self.sql(catalog.jobs_insert_one, columns, timing, False)
+            found: tuple[CompiledStatement | None, bool] = (self.sql.compiled(stmt), True)
         elif self.dialect.returns_inserted_ids and conn.dialect.insert_returning:
-            stmt = self.statement(
-                f"insert:{timing}:returning:{','.join(columns)}",
-                lambda: self._build_insert(columns, timing).returning(self.jobs.c.id),
-            )
-            found = (self.compiled(stmt), False)
+            stmt = self.sql(catalog.jobs_insert_one, columns, timing, True)
+            found = (self.sql.compiled(stmt), False)
         else:
             found = (None, False)
         with _ROWS_LOCK:
-            kept = self.__dict__.setdefault("_one_row_inserts", {})
+            kept = self._one_row_inserts
             if len(kept) > 1000:  # column sets are few; a bound all the same
                 kept.clear()
             kept[key] = found
         return found
 
-    def _build_insert(self, columns: tuple[str, ...], timing: str) -> sa.Insert:
-        values = {
-            name: sa.bindparam(name, type_=self.jobs.c[name].type)
-            for name in columns
-            if name != "delay_seconds"
-        }
-        return self._insert_statement(timing).values(values)
-
     def insert_finished(self, conn: Connection, job: NewJob, message: str) -> int:
         """Insert a row that is finished from the start (a publication's own record): no
         worker ever claims it, and purge removes it with the other finished jobs."""
-        now = self.dialect.now()
-        stmt = (
-            self._with_times(sa.insert(self.jobs), job.timing)
-            .values(job.values())
-            .values(status=Status.SUCCEEDED, message=truncate(message), finished_at=now)
+        stmt = self.sql.new(
+            catalog.jobs_insert_finished, job.values(), job.timing, truncate(message)
         )
-        with self.translate_errors():
+        with self.sql.translate_errors():
             result = conn.execute(stmt)
         return int(result.inserted_primary_key[0])
 
@@ -173,7 +156,7 @@ class Inserts(Keys):
         returning = self._returns_many(conn)
         if self.instruments.enqueue or (need_ids and not returning):
             return self.insert_many(conn, new_jobs(flat), need_ids)
-        with self.translate_errors():
+        with self.sql.translate_errors():
             return self._insert_flat(conn, flat, count, "now", returning)
 
     def _returns_many(self, conn: Connection) -> bool:
@@ -194,13 +177,13 @@ class Inserts(Keys):
         if len(groups) == 1 and "delay" not in groups:
             flat = flat_values(jobs)  # None if a job sets an optional column (a key among them)
             if flat is not None:
-                with self.translate_errors():
+                with self.sql.translate_errors():
                     return self._insert_flat(conn, flat, len(jobs), jobs[0].timing, returning)
         all_rows = [job.values() for job in jobs]
         keyed = [i for i, job in enumerate(jobs) if job.key is not None]
         if keyed:
             lines = [(jobs[i].queue, jobs[i].key) for i in keyed]
-            for i, place in zip(keyed, self.places_of(conn, lines), strict=True):  # type: ignore[arg-type]
+            for i, place in zip(keyed, self.keys.places_of(conn, lines), strict=True):  # type: ignore[arg-type]
                 _in_line(all_rows[i], place)
         for timing, indexes in groups.items():
             rows = [all_rows[i] for i in indexes]
@@ -214,7 +197,7 @@ class Inserts(Keys):
                 for i, row in zip(indexes, rows, strict=True):
                     row["delay_seconds"] = float(jobs[i].delay or 0)
             _same_columns(rows)
-            with self.translate_errors():
+            with self.sql.translate_errors():
                 found = self._insert_rows(conn, rows, timing, returning)
             for i, new_id in zip(indexes, found, strict=returning):
                 ids[i] = new_id
@@ -242,11 +225,8 @@ class Inserts(Keys):
         self, conn: Connection, page: list[dict[str, Any]], timing: str, returning: bool
     ) -> list[int]:
         """A page of rows through SQLAlchemy's own multi-row INSERT (a count not compiled)."""
-        stmt = self._insert_statement(timing)
-        if returning:
-            stmt = self.statement(
-                f"insert:{timing}:returning", lambda s=stmt: s.returning(self.jobs.c.id)
-            )
+        build = catalog.jobs_insert_returning if returning else catalog.jobs_insert
+        stmt = self.sql(build, timing)
         sized = conn.execution_options(insertmanyvalues_page_size=len(page))
         result = sized.execute(stmt, page)
         return sorted(int(i) for i in result.scalars()) if returning else []
@@ -321,46 +301,24 @@ class Inserts(Keys):
         (None before)."""
         key = (columns, timing, returning, size)
         with _ROWS_LOCK:
-            kept = self.__dict__.setdefault("_rows_statements", OrderedDict())
+            kept = self._rows_statements
             found = kept.get(key)
             if found is not None:
                 kept.move_to_end(key)
-                return found  # type: ignore[no-any-return]
-            seen = self.__dict__.setdefault("_rows_sizes_seen", set())
+                return found
+            seen = self._rows_sizes_seen
             if key not in seen:
                 if len(seen) > 1000:
                     seen.clear()
                 seen.add(key)
                 return None
-        stmt = self._build_rows(columns, timing, returning, size)
+        stmt = self.sql.new(catalog.jobs_insert_rows, columns, timing, returning, size)
         found = CompiledStatement(stmt, self.dialect.sa_dialect)
         with _ROWS_LOCK:
             kept[key] = found
             while len(kept) > _KEPT_SIZES:
                 kept.popitem(last=False)
         return found
-
-    def _build_rows(
-        self, columns: tuple[str, ...], timing: str, returning: bool, size: int
-    ) -> sa.Insert:
-        """INSERT of ``size`` rows whose parameters are named ``<column>__<row>``."""
-        now = self.dialect.now()
-        times = {"created_at": now, "updated_at": now} if self.dialect.insert_sets_times else {}
-        if timing == "now" and times:
-            times["run_at"] = now
-        rows = []
-        for index in range(size):
-            row: dict[str, Any] = {
-                name: sa.bindparam(f"{name}__{index}", type_=self.jobs.c[name].type)
-                for name in columns
-                if name != "delay_seconds"
-            }
-            if timing == "delay":
-                delay = sa.bindparam(f"delay_seconds__{index}", type_=sa.Float())
-                row["run_at"] = self.dialect.now_plus(delay)
-            rows.append({**row, **times})
-        stmt = sa.insert(self.jobs).values(rows)
-        return stmt.returning(self.jobs.c.id) if returning else stmt
 
     def _insert_columnar(
         self, conn: Connection, rows: list[dict[str, Any]], timing: str
@@ -376,27 +334,10 @@ class Inserts(Keys):
         for first in range(0, len(rows), _COLUMNAR_ROWS):
             chunk = rows[first : first + _COLUMNAR_ROWS]
             params = {name: [row[name] for row in chunk] for name in columns}
-            with self.translate_errors():
+            with self.sql.translate_errors():
                 found += sorted(int(i) for i in conn.execute(stmt, params).scalars())
         return found
 
     def _columnar_statement(self, columns: tuple[str, ...], timing: str) -> Any:
         """The columnar INSERT of these columns (False: the dialect has none)."""
-        return self.statement(
-            f"insert:columnar:{timing}:{','.join(columns)}",
-            lambda: self._build_columnar(columns, timing),
-        )
-
-    def _build_columnar(self, columns: tuple[str, ...], timing: str) -> Any:
-        stmt = self.dialect.columnar_insert(self.jobs, columns)
-        if stmt is None:
-            return False  # remembered: this dialect has none
-        return self._with_times(stmt, timing).returning(self.jobs.c.id)
-
-    def _with_times(self, stmt: sa.Insert, timing: str) -> sa.Insert:
-        """Where the DDL defaults cannot be the UTC clock, write it explicitly."""
-        if not self.dialect.insert_sets_times:
-            return stmt
-        now = self.dialect.now()
-        stmt = stmt.values(created_at=now, updated_at=now)
-        return stmt.values(run_at=now) if timing == "now" else stmt
+        return self.sql(catalog.jobs_insert_columnar, columns, timing)

@@ -26,53 +26,34 @@ statements are still one transaction (``Dialect.statements_together``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dbqueue.engine.base import EngineBase
+from dbqueue.engine import catalog
+from dbqueue.engine.statements import Statements
 from dbqueue.job import Job, Status
 
 #: Keys per multi-row upsert (4 parameters each, far below every driver's limit).
 _UPSERT_ROWS = 2_000
 
 
-class Keys(EngineBase):
+class KeyLines:
+    """The lines of keyed jobs: places taken at enqueue, the head's end, rows placed late."""
+
+    def __init__(self, sql: Statements) -> None:
+        self.sql = sql
+        self.dialect = sql.dialect
+
     def take_places(self, conn: Connection, queue: str, key: str, count: int) -> int:
         """Add ``count`` places to the key's line; the last one's number. The places are
         ``last - count + 1 … last``; the key was idle iff ``last == count``."""
         params = {"queue": queue, "key": key, "count": count}
         if self.dialect.counter_returned:
-            stmt = self.statement(
-                "keys:place:returning",
-                lambda: self._build_place().returning(self.tables.keys.c.last_seq),
-            )
-            return int(self.compiled(stmt).raw_rows(conn, params)[0][0])
-        stmt = self.statement("keys:place", self._build_place)
-        self.compiled(stmt).rowcount(conn, params)
-        read = self.statement("keys:last", self._build_last)
-        return int(self.compiled(read).raw_rows(conn, params)[0][0])
-
-    def _build_place(self) -> sa.Insert:
-        k = self.tables.keys
-        return self.dialect.add_to_counter(k, "last_seq").values(
-            queue=sa.bindparam("queue", type_=k.c.queue.type),
-            key=sa.bindparam("key", type_=k.c["key"].type),
-            last_seq=sa.bindparam("count", type_=sa.BigInteger()),
-            created_at=self.dialect.now(),
-        )
-
-    def _build_last(self) -> sa.Select:
-        k = self.tables.keys
-        return sa.select(k.c.last_seq).where(*self._key_row())
-
-    def _key_row(self) -> list[sa.ColumnElement]:
-        k = self.tables.keys
-        return [
-            k.c.queue == sa.bindparam("queue", type_=k.c.queue.type),
-            k.c["key"] == sa.bindparam("key", type_=k.c["key"].type),
-        ]
+            stmt = self.sql(catalog.keys_add_places, "last")
+            return int(self.sql.compiled(stmt).raw_rows(conn, params)[0][0])
+        self.sql.compiled(self.sql(catalog.keys_add_places, "")).rowcount(conn, params)
+        read = self.sql(catalog.keys_last_place)
+        return int(self.sql.compiled(read).raw_rows(conn, params)[0][0])
 
     def places_of(self, conn: Connection, lines: Sequence[tuple[str, str]]) -> list[int]:
         """For new jobs given as (queue, key), in enqueue order: each one's place in its key's
@@ -97,28 +78,17 @@ class Keys(EngineBase):
         self, conn: Connection, counts: dict[tuple[str, str], int]
     ) -> dict[tuple[str, str], int]:
         """``take_places`` for many keys with one multi-row upsert per chunk, in sorted order."""
-        k = self.tables.keys
         found: dict[tuple[str, str], int] = {}
         lines = sorted(counts)
+        returning = "line" if self.dialect.counter_returned else ""
         # executemany of the one-row statement (compiled once): SQLAlchemy sends it as
         # multi-row VALUES, in this order, with RETURNING where the database has it.
         for first in range(0, len(lines), _UPSERT_ROWS):
             chunk = lines[first : first + _UPSERT_ROWS]
             rows = [{"queue": q, "key": key, "count": counts[(q, key)]} for q, key in chunk]
-            if self.dialect.counter_returned:
-                stmt = self.statement(
-                    "keys:place_many:returning",
-                    lambda: self._build_place().returning(k.c.queue, k.c["key"], k.c.last_seq),
-                )
-                result = conn.execute(stmt, rows)
-            else:
-                conn.execute(self.statement("keys:place", self._build_place), rows)
-                result = conn.execute(
-                    sa.select(k.c.queue, k.c["key"], k.c.last_seq).where(
-                        k.c["key"].in_({key for _, key in chunk}),
-                        k.c.queue.in_({q for q, _ in chunk}),
-                    )
-                )
+            result = conn.execute(self.sql(catalog.keys_add_places, returning), rows)
+            if not returning:
+                result = conn.execute(self.sql.new(catalog.keys_last_places, chunk))
             found.update(((q, key), int(last)) for q, key, last in result)
         return found
 
@@ -140,8 +110,7 @@ class Keys(EngineBase):
         """The key's head (job ``job_id``, place ``seq``) has ended: delete the key's row if no
         job joined the line since, else make the next blocked job available; its id, or None."""
         params = {"queue": queue, "key": key, "seq": seq}
-        drop = self.statement("keys:drop_if_last", self._build_drop_if_last)
-        if self.compiled(drop).rowcount(conn, params):
+        if self.sql.compiled(self.sql(catalog.keys_drop_if_last)).rowcount(conn, params):
             return None  # the common case: nobody waits
         return self._promote_next(conn, queue, key, job_id)
 
@@ -156,56 +125,28 @@ class Keys(EngineBase):
     def _promote_next_locked(
         self, conn: Connection, queue: str, key: str, job_id: int
     ) -> int | None:
-        k, j = self.tables.keys, self.jobs
-        where = [k.c.queue == queue, k.c["key"] == key]
+        new = self.sql.new
         # Someone joined the line: lock the key's row (enqueues of the key now wait), then look.
-        if conn.execute(sa.select(k.c.last_seq).where(*where).with_for_update()).first() is None:
+        if conn.execute(new(catalog.keys_lock, queue, key)).first() is None:
             return None
-        line = [j.c["key"] == key, j.c.queue == queue, j.c.key_seq.isnot(None)]
-        head = conn.execute(
-            sa.select(j.c.id)
-            .where(*line, j.c.status.in_([Status.AVAILABLE, Status.RUNNING]), j.c.id != job_id)
-            .limit(1)
-        ).first()
-        if head is not None:
+        if conn.execute(new(catalog.jobs_head_of_line, queue, key, job_id)).first() is not None:
             return None  # another job heads the line: never promote a second one
         while True:
-            found = conn.execute(
-                sa.select(j.c.id)
-                .where(*line, j.c.status == Status.BLOCKED)
-                .order_by(j.c.key_seq)
-                .limit(1)
-            ).first()
+            found = conn.execute(new(catalog.jobs_next_in_line, queue, key)).first()
             if found is None:
-                conn.execute(sa.delete(k).where(*where))
+                conn.execute(new(catalog.keys_delete, queue, key))
                 return None
-            promoted = conn.execute(
-                sa.update(j)
-                .where(j.c.id == found[0], j.c.status == Status.BLOCKED)
-                .values(status=Status.AVAILABLE, updated_at=self.dialect.now())
-            ).rowcount
-            if promoted:
+            if conn.execute(new(catalog.jobs_unblock, found[0])).rowcount:
                 return int(found[0])
-
-    def _build_drop_if_last(self) -> sa.Delete:
-        k = self.tables.keys
-        return sa.delete(k).where(
-            *self._key_row(), k.c.last_seq == sa.bindparam("seq", type_=sa.BigInteger())
-        )
 
     def back_of_line(self, conn: Connection, job: Job) -> None:
         """``exclusive`` mode: a failed attempt gives up the key and joins the back of its
         line (it heads it again at once if nobody waits)."""
         assert job.key is not None and job.key_seq is not None
-        j = self.jobs
         with self.dialect.statements_together(conn):  # as admit: place and row together
             self.release_key(conn, job.queue, job.key, job.key_seq, job.id)
             place = self.take_places(conn, job.queue, job.key, 1)
-            conn.execute(
-                sa.update(j)
-                .where(j.c.id == job.id)
-                .values(key_seq=place, status=Status.AVAILABLE if place == 1 else Status.BLOCKED)
-            )
+            conn.execute(self.sql.new(catalog.jobs_take_place, job.id, place))
 
     # ---- rows that have no place yet ----------------------------------------------------------
     def admit(self, conn: Connection, jobs: list[Job]) -> list[Job]:
@@ -227,63 +168,27 @@ class Keys(EngineBase):
         return [job for job in jobs if id(job) not in waiting]
 
     def _place(self, conn: Connection, job: Job) -> None:
-        j = self.jobs
-        values: dict[Any, Any] = {j.c.key_seq: job.key_seq}
-        if job.key_seq != 1:
-            values[j.c.status] = Status.BLOCKED
-            if job.status == Status.RUNNING:  # a committed claim: undo it, as release_claims
-                values.update(
-                    {
-                        j.c.first_attempt_at: sa.case(
-                            (j.c.attempt <= 1, sa.null()), else_=j.c.first_attempt_at
-                        ),
-                        j.c.started_at: j.c.previous_attempt_at,
-                        j.c.attempt: j.c.attempt - 1,
-                        j.c.worker_id: None,
-                    }
-                )
-        # Ordered: MySQL evaluates SET left to right, so columns read before attempt changes.
-        conn.execute(sa.update(j).where(j.c.id == job.id).ordered_values(*values.items()))
+        """Write a claimed row's place; behind the head, a committed claim is undone."""
+        undo = job.status == Status.RUNNING
+        conn.execute(self.sql.new(catalog.jobs_admit_to_line, job.id, job.key_seq, undo))
 
     def join_lines(self, conn: Connection, ids: Sequence[int]) -> None:
         """Jobs put back to wait (requeued from the dead) join the back of their key's line."""
-        j = self.jobs
-        rows = conn.execute(
-            sa.select(j.c.id, j.c.queue, j.c["key"])
-            .where(j.c.id.in_(list(ids)), j.c["key"].isnot(None))
-            .order_by(j.c.id)
-        ).all()
+        rows = conn.execute(self.sql.new(catalog.jobs_keyed_among, ids)).all()
         if not rows:
             return
         places = self.places_of(conn, [(queue, key) for _, queue, key in rows])
         for (job_id, _, _), place in zip(rows, places, strict=True):
-            conn.execute(
-                sa.update(j)
-                .where(j.c.id == job_id)
-                .values(key_seq=place, status=Status.AVAILABLE if place == 1 else Status.BLOCKED)
-            )
+            conn.execute(self.sql.new(catalog.jobs_take_place, job_id, place))
 
     def lock_lines(self, conn: Connection, ids: Sequence[int]) -> dict[int, tuple[str, str, int]]:
         """Lock the key rows of those of ``ids`` that head their line (before cancelling them:
         no promotion can then change which job heads it); id → (queue, key, place)."""
-        j, k = self.jobs, self.tables.keys
-        rows = conn.execute(
-            sa.select(j.c.id, j.c.queue, j.c["key"], j.c.key_seq).where(
-                j.c.id.in_(list(ids)), j.c["key"].isnot(None), j.c.key_seq.isnot(None)
-            )
-        ).all()
+        rows = conn.execute(self.sql.new(catalog.jobs_placed_among, ids)).all()
         for queue, key in sorted({(row[1], row[2]) for row in rows}):
-            conn.execute(
-                sa.select(k.c.last_seq)
-                .where(k.c.queue == queue, k.c["key"] == key)
-                .with_for_update()
-            ).first()
+            conn.execute(self.sql.new(catalog.keys_lock, queue, key)).first()
         if not rows:
             return {}
-        heads = conn.execute(
-            sa.select(j.c.id).where(
-                j.c.id.in_([row[0] for row in rows]), j.c.status == Status.AVAILABLE
-            )
-        ).scalars()
+        heads = conn.execute(self.sql.new(catalog.jobs_available_among, [row[0] for row in rows]))
         found = {row[0]: (row[1], row[2], row[3]) for row in rows}
-        return {int(i): found[i] for i in heads}
+        return {int(i): found[i] for i in heads.scalars()}

@@ -24,9 +24,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dbqueue.base import payload as payload_codec
-from dbqueue.engine.base import EngineBase
+from dbqueue.engine import catalog
 from dbqueue.engine.inserts import Inserts
+from dbqueue.engine.keys import KeyLines
 from dbqueue.engine.records import NewJob
+from dbqueue.engine.statements import Statements
 from dbqueue.job import Status
 
 ON_CONFLICT = ("skip", "replace", "rerun")
@@ -40,30 +42,24 @@ _ROUNDS = 5  # a key's holder changes under an enqueue at most this often before
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
 
 
-class UniqueRelease(EngineBase):
-    """What a finishing job does with its key: gives it up, or hands it to the follow-up a
-    ``rerun`` enqueue left (which becomes due). Called in the transaction that finishes it."""
+class UniqueKeys:
+    """Taking a unique key at enqueue, and what a finishing job does with its key: gives it
+    up, or hands it to the follow-up a ``rerun`` enqueue left (which becomes due)."""
 
-    def _key_of(self, queue: str, key: str) -> list[sa.ColumnElement]:
-        u = self.tables.unique
-        return [u.c.queue == queue, u.c.unique_key == key]
+    def __init__(self, sql: Statements, keys: KeyLines, inserts: Inserts) -> None:
+        self.sql = sql
+        self.keys = keys
+        self.inserts = inserts
+        self.dialect = sql.dialect
 
+    # ---- a finished holder --------------------------------------------------------------------
     def release_unique(self, conn: Connection, held: Sequence[tuple[str, str, int]]) -> None:
         """``held``: (queue, unique_key, job id) of finished jobs."""
-        u = self.tables.unique
+        new = self.sql.new
         for queue, key, job_id in held:
-            gone = conn.execute(
-                sa.delete(u)
-                .where(*self._key_of(queue, key), u.c.job_id == job_id)
-                .where(u.c.rerun_id.is_(None))
-            ).rowcount
-            if gone:
+            if conn.execute(new(catalog.unique_release, queue, key, job_id)).rowcount:
                 continue
-            row = conn.execute(
-                sa.select(u.c.rerun_id, u.c.rerun_at)
-                .where(*self._key_of(queue, key), u.c.job_id == job_id)
-                .with_for_update()
-            ).first()
+            row = conn.execute(new(catalog.unique_follow_up_locked, queue, key, job_id)).first()
             if row is not None:
                 self._promote(conn, queue, key, row.rerun_id, row.rerun_at)
 
@@ -71,42 +67,25 @@ class UniqueRelease(EngineBase):
         self, conn: Connection, queue: str, key: str, rerun_id: int, rerun_at: Any
     ) -> None:
         """The follow-up becomes the holder and is due at the time its enqueue asked for."""
-        j, u = self.jobs, self.tables.unique
-        now = self.dialect.now()
-        conn.execute(
-            sa.update(j)
-            .where(j.c.id == rerun_id, j.c.status.in_(Status.WAITING))
-            .values(run_at=now if rerun_at is None else rerun_at, updated_at=now)
-        )
-        conn.execute(
-            sa.update(u)
-            .where(*self._key_of(queue, key))
-            .values(job_id=rerun_id, rerun_id=None, rerun_at=None)
-        )
+        conn.execute(self.sql.new(catalog.jobs_make_due, rerun_id, rerun_at))
+        values = {"job_id": rerun_id, "rerun_id": None, "rerun_at": None}
+        conn.execute(self.sql.new(catalog.unique_set, queue, key, values))
 
     def release_finished(self, conn: Connection, ids: Sequence[int]) -> None:
         """Release the keys of those of ``ids`` that hold one and are finished now (paths that
         finish jobs by id: cancels, a batch completion that changed fewer rows than asked)."""
         if not ids:
             return
-        j = self.jobs
-        rows = conn.execute(
-            sa.select(j.c.queue, j.c.unique_key, j.c.id).where(
-                j.c.id.in_(list(ids)),
-                j.c.unique_key.isnot(None),
-                j.c.status.in_(Status.FINISHED),
-            )
-        ).all()
-        self.release_unique(conn, [tuple(row) for row in rows])
+        rows = conn.execute(self.sql.new(catalog.jobs_finished_holders, ids)).all()
+        self.release_unique(conn, [tuple(row) for row in rows])  # type: ignore[misc]
 
-
-class UniqueKeys(UniqueRelease, Inserts):
+    # ---- an enqueue ---------------------------------------------------------------------------
     def insert_unique(self, conn: Connection, job: NewJob, on_conflict: str) -> int:
         """Insert ``job`` unless an unfinished job of its queue holds its ``unique_key``;
         return the id of the job that carries this enqueue (see the README's rules)."""
         assert job.unique_key is not None
         serial_reads = not self.dialect.supports_skip_locked and not self.dialect.single_writer
-        new_id = self.insert(conn, job)
+        new_id = self.inserts.insert(conn, job)
         for _ in range(_ROUNDS):
             if serial_reads:
                 self._lock_holder_first(conn, job)
@@ -125,12 +104,7 @@ class UniqueKeys(UniqueRelease, Inserts):
         """Of dead jobs about to be requeued, those that may run again: each with a unique key
         takes it back, unless another unfinished job of its queue holds it now (then the dead
         job stays dead: the holder does its work)."""
-        j = self.jobs
-        keyed = conn.execute(
-            sa.select(j.c.id, j.c.queue, j.c.unique_key, j.c.scored_payloads).where(
-                j.c.id.in_(list(ids)), j.c.unique_key.isnot(None)
-            )
-        ).all()
+        keyed = conn.execute(self.sql.new(catalog.jobs_unique_among, ids)).all()
         refused = set()
         for job_id, queue, key, scored in keyed:
             job = NewJob(task="", payload=None, queue=queue, priority=0, max_attempts=1)
@@ -153,7 +127,6 @@ class UniqueKeys(UniqueRelease, Inserts):
         """Lowkiq's rule for a dead job requeued while a job of its key waits: the payloads
         merge into the waiting one, which runs now from its first attempt; the dead job leaves
         the morgue (cancelled, naming the job that took its payloads)."""
-        j = self.jobs
         target, follow_up = int(holder.job_id), False
         if state != WAITING:
             rerun_id = holder.rerun_id
@@ -161,92 +134,57 @@ class UniqueKeys(UniqueRelease, Inserts):
                 return  # the holder runs and nothing waits: the dead job stays dead
             target, follow_up = int(rerun_id), True
         self.merge_payloads(conn, target, scored)
-        now = self.dialect.now()
-        values: dict[str, Any] = {"attempt": 0}
         if follow_up:
-            self._set_holder(conn, job, rerun_at=now)
-        else:
-            values["run_at"] = now
-        conn.execute(sa.update(j).where(j.c.id == target).values(values))
-        conn.execute(
-            sa.update(j)
-            .where(j.c.id == dead_id, j.c.status == Status.DEAD)
-            .values(
-                status=Status.CANCELLED,
-                message=f"requeued: its payloads merged into job {target}",
-                updated_at=now,
-            )
-        )
+            self._set_holder(conn, job, rerun_at=self.dialect.now())
+        conn.execute(self.sql.new(catalog.jobs_restart, target, not follow_up))
+        conn.execute(self.sql.new(catalog.jobs_cancel_merged, dead_id, target))
 
     def absorb_follow_up(self, conn: Connection, job: Any) -> None:
         """Lowkiq's rule for a failed attempt of a coalesced job: the payloads enqueued while
         it ran (its follow-up's) merge into it, and it keeps its run_at and attempt."""
-        u, j = self.tables.unique, self.jobs
-        row = conn.execute(
-            sa.select(u.c.rerun_id)
-            .where(*self._key_of(job.queue, job.unique_key), u.c.job_id == job.id)
-            .with_for_update()
-        ).first()
+        new = self.sql.new
+        lock = catalog.unique_follow_up_locked
+        row = conn.execute(new(lock, job.queue, job.unique_key, job.id)).first()
         if row is None or row.rerun_id is None:
             return
-        follow = conn.execute(
-            sa.select(j.c.scored_payloads, j.c.status).where(j.c.id == row.rerun_id)
-        ).first()
+        follow = conn.execute(new(catalog.jobs_follow_up_of, row.rerun_id)).first()
         if follow is not None and follow.status in Status.WAITING:
             self.merge_payloads(conn, job.id, follow.scored_payloads)
             self._drop(conn, int(row.rerun_id))
-        conn.execute(
-            sa.update(u)
-            .where(*self._key_of(job.queue, job.unique_key))
-            .values(rerun_id=None, rerun_at=None)
-        )
+        self._set_holder(conn, job, rerun_id=None, rerun_at=None)
 
     def _take_key(self, conn: Connection, job: NewJob, new_id: int) -> Any:
         """Insert the key's row for ``new_id``, or lock the existing one: None when the key
         was free, else the row (job_id, rerun_id)."""
-        u = self.tables.unique
-        values = {
-            "queue": job.queue,
-            "unique_key": job.unique_key,
-            "job_id": new_id,
-            "created_at": self.dialect.now(),
-        }
-        stmt = self.dialect.insert_or_count(u, "conflicts").values(values)
+        values = {"queue": job.queue, "unique_key": job.unique_key, "job_id": new_id}
         if self.dialect.upsert_rowcount_tells:
-            if conn.execute(stmt).rowcount == 1:
+            if conn.execute(self.sql.new(catalog.unique_take, values, False)).rowcount == 1:
                 return None
-        elif conn.execute(stmt.returning(u.c.job_id)).scalar_one() == new_id:
+        elif conn.execute(self.sql.new(catalog.unique_take, values, True)).scalar_one() == new_id:
             return None
-        return conn.execute(
-            sa.select(u.c.job_id, u.c.rerun_id)
-            .where(*self._key_of(job.queue, job.unique_key))
-            .with_for_update()
-        ).one()
+        holder = catalog.unique_holder_locked
+        return conn.execute(self.sql.new(holder, job.queue, job.unique_key)).one()
 
     def _lock_holder_first(self, conn: Connection, job: NewJob) -> None:
         """Without SKIP LOCKED an enqueue may wait for the holder's row: take that lock before
         the key's (a worker finishing the holder holds its row, then asks for the key's)."""
-        u, j = self.tables.unique, self.jobs
-        holder = conn.execute(
-            sa.select(u.c.job_id).where(*self._key_of(job.queue, job.unique_key))
-        ).scalar()
+        found = catalog.unique_holder
+        holder = conn.execute(self.sql.new(found, job.queue, job.unique_key)).scalar()
         if holder is not None:
-            conn.execute(sa.select(j.c.id).where(j.c.id == holder).with_for_update()).all()
+            conn.execute(self.sql.new(catalog.jobs_lock, holder)).all()
 
     def _state(self, conn: Connection, job_id: int) -> str:
         """waiting (its row now locked by this transaction), running, or finished (or gone).
         A row a claim holds is running, whatever its committed status says."""
-        j = self.jobs
-        if self.dialect.supports_skip_locked:
-            status = conn.execute(
-                sa.select(j.c.status).where(j.c.id == job_id).with_for_update(skip_locked=True)
-            ).scalar()
+        skip_locked = self.dialect.supports_skip_locked
+        if skip_locked:
+            status = conn.execute(self.sql.new(catalog.jobs_status, job_id, True)).scalar()
             if status is not None:
                 return _state_of(status)
-        status = conn.execute(sa.select(j.c.status).where(j.c.id == job_id)).scalar()
+        status = conn.execute(self.sql.new(catalog.jobs_status, job_id, False)).scalar()
         if status is None:
             return FINISHED
-        if status == Status.AVAILABLE and self.dialect.supports_skip_locked:
+        if status == Status.AVAILABLE and skip_locked:
             return RUNNING  # locked: a worker's claim holds it
         return _state_of(status)
 
@@ -283,8 +221,7 @@ class UniqueKeys(UniqueRelease, Inserts):
                 self._set_holder(conn, job, rerun_at=self._run_at(job))
             self._drop(conn, new_id)
             return int(rerun_id)
-        j = self.jobs
-        conn.execute(sa.update(j).where(j.c.id == new_id).values(run_at=HELD_BACK))
+        conn.execute(self.sql.new(catalog.jobs_hold_back, new_id, HELD_BACK))
         self._set_holder(conn, job, rerun_id=new_id, rerun_at=self._run_at(job))
         return new_id
 
@@ -292,63 +229,42 @@ class UniqueKeys(UniqueRelease, Inserts):
         """Lowkiq's merge: the union of the payloads, ordered by score, an equal payload
         keeping its lowest score; ``payload`` becomes the newest (highest score). The job's
         run_at and attempt stay as they are."""
-        j = self.jobs
-        row = conn.execute(
-            sa.select(j.c.payload, j.c.scored_payloads).where(j.c.id == job_id)
-        ).one()
+        row = conn.execute(self.sql.new(catalog.jobs_payloads, job_id)).one()
         merged = merge_scored(row.scored_payloads or [[0.0, row.payload]], _decoded(scored))
         newest = payload_codec.encode(merged[-1][1], max_bytes=None)
-        conn.execute(
-            sa.update(j)
-            .where(j.c.id == job_id)
-            .values(
-                payload=newest,
-                payload_hash=payload_codec.payload_hash(newest),
-                scored_payloads=payload_codec.encode(merged, max_bytes=None),
-                updated_at=self.dialect.now(),
-            )
-        )
+        encoded = payload_codec.encode(merged, max_bytes=None)
+        stmt = catalog.jobs_set_payloads
+        hashed = payload_codec.payload_hash(newest)
+        conn.execute(self.sql.new(stmt, job_id, newest, hashed, encoded))
 
     def _promote_stranded(self, conn: Connection, job: NewJob, rerun_id: int) -> None:
-        u = self.tables.unique
-        row = conn.execute(
-            sa.select(u.c.rerun_at).where(*self._key_of(job.queue, job.unique_key))
-        ).one()
-        self._promote(conn, job.queue, job.unique_key, rerun_id, row.rerun_at)
+        found = catalog.unique_follow_up_due
+        row = conn.execute(self.sql.new(found, job.queue, job.unique_key)).one()
+        self._promote(conn, job.queue, job.unique_key, rerun_id, row.rerun_at)  # type: ignore[arg-type]
 
     def _swap(self, conn: Connection, job_id: int, job: NewJob, held_back: bool = False) -> None:
         """A waiting job takes this enqueue's payload (and run_at, unless held back)."""
-        j = self.jobs
         row = job.values()
-        values: dict[str, Any] = {
-            "payload": row["payload"],
-            "payload_hash": row["payload_hash"],
-            "updated_at": self.dialect.now(),
-        }
+        values: dict[str, Any] = {"payload": row["payload"], "payload_hash": row["payload_hash"]}
         if not held_back:
             values["run_at"] = self._run_at(job)
-        conn.execute(
-            sa.update(j).where(j.c.id == job_id, j.c.status.in_(Status.WAITING)).values(values)
-        )
+        conn.execute(self.sql.new(catalog.jobs_take_payload, job_id, values))
 
     def _set_holder(self, conn: Connection, job: NewJob, **values: Any) -> None:
-        u = self.tables.unique
-        conn.execute(sa.update(u).where(*self._key_of(job.queue, job.unique_key)).values(values))
+        stmt = catalog.unique_set
+        conn.execute(self.sql.new(stmt, job.queue, job.unique_key, values))
 
     def _drop(self, conn: Connection, new_id: int) -> None:
         """The job this enqueue inserted before it knew of the holder (it never committed);
         one that took the head of its key's line gives that place up."""
-        j = self.jobs
-        row = conn.execute(
-            sa.select(j.c.queue, j.c["key"], j.c.key_seq, j.c.status).where(j.c.id == new_id)
-        ).one()
-        conn.execute(sa.delete(j).where(j.c.id == new_id))
+        row = conn.execute(self.sql.new(catalog.jobs_drop_of, new_id)).one()
+        conn.execute(self.sql.new(catalog.jobs_delete, new_id))
         if row.key_seq is not None and row.status == Status.AVAILABLE:
-            self.release_key(conn, row.queue, row.key, row.key_seq, new_id)
+            self.keys.release_key(conn, row.queue, row.key, row.key_seq, new_id)
 
     def _run_at(self, job: NewJob) -> Any:
         if job.run_at is not None:
-            return sa.bindparam(None, job.run_at, type_=self.jobs.c.run_at.type)
+            return sa.bindparam(None, job.run_at, type_=self.sql.jobs.c.run_at.type)
         if job.delay:
             return self.dialect.now_plus(job.delay)
         return self.dialect.now()

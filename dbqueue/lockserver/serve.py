@@ -27,7 +27,7 @@ def serve(context: RuntimeContext, config: ServerConfig) -> None:
 
         def poll() -> list[str]:
             with engine.connect() as conn:
-                return context.queue_engine(conn).runnable_queues(conn)
+                return context.queue_engine(conn).queries.runnable_queues(conn)
 
         server = LockServer(config, poll)
         if config.token is None and not _loopback(config.bind):

@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection
 
 from dbqueue import dialects
 from dbqueue.base.identifiers import check_subscription_id, check_task_name
+from dbqueue.engine import catalog
 from dbqueue.errors import ConfigurationError, SchemaMissingError
 from dbqueue.job import ItemAccess
 from dbqueue.schema.tables import DEFAULT_HTTP_METHOD, HTTP_METHODS, QueueTables
@@ -347,19 +348,23 @@ def changed_values(existing: Subscription, changes: Mapping[str, Any]) -> dict[s
 
 # ---- SQL ----------------------------------------------------------------------------------
 class SubscriptionStore:
-    """The statements on the subscriptions table (the same on every database)."""
+    """The subscriptions table (its statements: the catalog's ``subscriptions_*``)."""
 
     def __init__(self, tables: QueueTables) -> None:
+        self.tables = tables
         self.table = tables.subscriptions
         self.names = tables.names
 
+    @staticmethod
+    def dialect(conn: Connection) -> dialects.Dialect:
+        return dialects.for_sqlalchemy(conn.dialect)
+
     def add(self, conn: Connection, values: Mapping[str, Any]) -> Subscription:
-        s = self.table
         with self.translate_errors(conn):
             if self.get(conn, values["id"]) is not None:
                 raise _duplicate(values["id"])
             try:
-                conn.execute(sa.insert(s).values(dict(values)))
+                conn.execute(catalog.subscriptions_add(self.tables, self.dialect(conn), values))
             except sa.exc.IntegrityError:  # added concurrently since the check
                 raise _duplicate(values["id"]) from None
             found = self.get(conn, values["id"])
@@ -368,19 +373,15 @@ class SubscriptionStore:
 
     def get(self, conn: Connection, subscription_id: str) -> Subscription | None:
         with self.translate_errors(conn):
-            row = conn.execute(sa.select(self.table).where(self.table.c.id == subscription_id))
+            stmt = catalog.subscriptions_get(self.tables, self.dialect(conn), subscription_id)
+            row = conn.execute(stmt)
             first = row.first()
         return Subscription.from_row(first) if first is not None else None
 
     def find(
         self, conn: Connection, topic: str | None = None, active: bool | None = None
     ) -> list[Subscription]:
-        s = self.table
-        stmt = sa.select(s).order_by(s.c.topic, s.c.id)
-        if topic is not None:
-            stmt = stmt.where(s.c.topic == topic)
-        if active is not None:
-            stmt = stmt.where(s.c.active == sa.true() if active else s.c.active == sa.false())
+        stmt = catalog.subscriptions_find(self.tables, self.dialect(conn), topic, active)
         with self.translate_errors(conn):
             return [Subscription.from_row(row) for row in conn.execute(stmt)]
 
@@ -391,21 +392,22 @@ class SubscriptionStore:
         self, conn: Connection, subscription_id: str, changes: Mapping[str, Any]
     ) -> Subscription:
         """Apply ``changes`` (see ``SubscriptionChanges``); returns the row as it now is."""
-        s = self.table
         with self.translate_errors(conn):
             values = changed_values(self.existing(conn, subscription_id), changes)
             if values:
-                conn.execute(sa.update(s).where(s.c.id == subscription_id).values(values))
+                stmt = catalog.subscriptions_update
+                conn.execute(stmt(self.tables, self.dialect(conn), subscription_id, values))
             found = self.get(conn, subscription_id)
         assert found is not None
         return found
 
     def remove(self, conn: Connection, subscription_id: str) -> Subscription:
         """Delete the subscription; returns the row it was."""
-        s = self.table
         with self.translate_errors(conn):
             found = self.existing(conn, subscription_id)
-            conn.execute(sa.delete(s).where(s.c.id == subscription_id))
+            conn.execute(
+                catalog.subscriptions_delete(self.tables, self.dialect(conn), subscription_id)
+            )
         return found
 
     def existing(self, conn: Connection, subscription_id: str) -> Subscription:
@@ -432,26 +434,9 @@ class SubscriptionStore:
         tenant (group); one without receives them all. An empty string counts as "none", as a
         row written by hand may hold one.
         """
-        s = self.table
-
-        def unfiltered_or(column: sa.ColumnElement, value: Any) -> sa.ColumnElement:
-            no_filter = column.is_(None)
-            if isinstance(column.type, sa.String):
-                no_filter = sa.or_(no_filter, column == "")
-            return no_filter if value is None else sa.or_(no_filter, column == value)
-
-        stmt = (
-            sa.select(s.c.id)
-            .where(
-                s.c.topic == topic,
-                s.c.active == sa.true(),
-                unfiltered_or(s.c.tenant, tenant),
-                unfiltered_or(s.c.business_group, business_group),
-            )
-            .order_by(s.c.id)
+        stmt = catalog.subscriptions_matching(
+            self.tables, self.dialect(conn), topic, tenant, business_group, webhooks_only
         )
-        if webhooks_only:
-            stmt = stmt.where(s.c.url.is_not(None), s.c.url != "")
         with self.translate_errors(conn):
             return list(conn.execute(stmt).scalars())
 

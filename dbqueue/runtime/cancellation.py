@@ -22,7 +22,6 @@ from dbqueue.errors import ConfigurationError
 from dbqueue.job import Status
 
 if TYPE_CHECKING:
-
     from dbqueue.runtime.context import RuntimeContext
 
 #: What ``app.cancel`` reports per job id.
@@ -48,22 +47,12 @@ def job_ids(ids: int | Iterable[int]) -> list[int]:
     return list(dict.fromkeys(found))
 
 
-
-
-
-
-
-
-
-
-
-
 def forget_ended(context: RuntimeContext, conn: Connection, limit: int = 1000) -> int:
     """Delete the requests of jobs that ended (or were purged) before a worker saw them: the
     purge routine's clean-up. Returns how many jobs' requests went."""
     store = context.cancel_requests()
     ids = store.listed(conn, limit)
-    states = context.queue_engine(conn).job_states(conn, ids)
+    states = context.queue_engine(conn).queries.job_states(conn, ids)
     ended = [job_id for job_id in ids if states.get(job_id) not in Status.PENDING]
     store.drop(conn, ended)
     return len(ended)
@@ -88,7 +77,7 @@ class CancelCall:
         any of them it runs: on a single-writer database a running job cannot be told apart
         from a waiting one, and the write lock the caller needs is held by its batch."""
         with engine.connect() as conn:
-            self.before = self.context.queue_engine(conn).job_states(conn, self.ids)
+            self.before = self.context.queue_engine(conn).queries.job_states(conn, self.ids)
         self.early = {i for i in self.ids if self.before.get(i) in Status.PENDING}
         self.store.add(None, sorted(self.early))
 
@@ -96,10 +85,12 @@ class CancelCall:
         """Cancel the waiting jobs and ask for the running ones, on ``conn`` (the caller's
         transaction); returns job id → what happened."""
         engine = self.context.queue_engine(conn)
-        before = self.before if self.before is not None else engine.job_states(conn, self.ids)
+        before = (
+            self.before if self.before is not None else engine.queries.job_states(conn, self.ids)
+        )
         waiting = [i for i in self.ids if before.get(i) in Status.WAITING]
-        cancelled = set(engine.cancel_waiting(conn, waiting, held=self._being_stopped))
-        after = engine.job_states(conn, [i for i in self.ids if i not in cancelled])
+        cancelled = set(engine.cancels.cancel_waiting(conn, waiting, held=self._being_stopped))
+        after = engine.queries.job_states(conn, [i for i in self.ids if i not in cancelled])
         report: dict[int, str] = {}
         running: list[int] = []
         for job_id in self.ids:

@@ -32,7 +32,6 @@ from dbqueue.errors import ConfigurationError, DatabaseUnavailableError
 from dbqueue.migrations.migrate import check_schema
 from dbqueue.pubsub.subscriptions import SubscriptionStore
 from dbqueue.pubsub.webhooks import DEFAULT_WEBHOOK_TIMEOUT, WebhookHandler, WebhookSender
-from dbqueue.runtime.policy import RetryPolicy
 from dbqueue.runtime.tenants import TenantDatabases, TenantSource
 from dbqueue.schema.tables import (
     DEFAULT_MAX_ATTEMPTS,
@@ -42,7 +41,7 @@ from dbqueue.schema.tables import (
     workers_table,
 )
 from dbqueue.tasks.registry import TaskRegistry
-from dbqueue.tasks.retry import DEFAULT_BASE_INTERVAL, Backoff, linear_backoff
+from dbqueue.tasks.retry import DEFAULT_BASE_INTERVAL, Backoff, RetryPolicy, linear_backoff
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -242,7 +241,9 @@ class RuntimeContext:
         if side is None:
             yield conn
             return
-        self.queue_engine(conn).check_workers_table(conn)  # unmigrated: say so, as elsewhere
+        self.queue_engine(conn).workers.check_workers_table(
+            conn
+        )  # unmigrated: say so, as elsewhere
         with side.begin() as own:
             yield own
 

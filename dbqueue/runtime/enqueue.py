@@ -84,8 +84,8 @@ def check_no_unique(call: str, options: Mapping[str, Any]) -> None:
 def insert_job(engine: Any, conn: Connection, job: NewJob) -> int:
     """One job, through its unique key's rules when it has one."""
     if job.unique_key is not None:
-        return engine.insert_unique(conn, job, job.on_conflict or "skip")
-    return engine.insert(conn, job)
+        return engine.unique.insert_unique(conn, job, job.on_conflict or "skip")
+    return engine.inserts.insert(conn, job)
 
 
 def job_for_task(

@@ -28,9 +28,9 @@ from dbqueue.base.wakeup import Notifier
 from dbqueue.config import MaintenanceSettings
 from dbqueue.engine import QueueEngine
 from dbqueue.errors import ConfigurationError, DbqueueError
-from dbqueue.job import Status
 from dbqueue.runtime import cancellation
 from dbqueue.strategies import ClaimStrategy
+from dbqueue.strategies.base import Fence
 from dbqueue.strategies.locks import job_lock_name, routine_lock_name
 
 if TYPE_CHECKING:
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("dbqueue.maintenance")
 
 RESCUE_BATCH = 1000
-
-
 
 
 @dataclass(frozen=True)
@@ -124,7 +122,7 @@ class Maintenance:
         with self.engine.connect() as conn:
             engine = self.context.queue_engine(conn)
             with conn.begin():
-                won = engine.claim_tick(conn, name, when, self.worker_id)
+                won = engine.housekeeping.claim_tick(conn, name, when, self.worker_id)
             if not won:
                 log.debug("%s tick %s: another worker has it", name, when.isoformat())
                 return False
@@ -148,7 +146,7 @@ class Maintenance:
                     if locks is not None:
                         locks.release(conn, [lock])
             with conn.begin():
-                engine.record_tick(conn, name, when, result)
+                engine.housekeeping.record_tick(conn, name, when, result)
         self.last_result = result
         log.info("%s (tick %s): %s", name, when.strftime("%H:%M:%S"), result)
         return True
@@ -160,7 +158,7 @@ class Maintenance:
         total = chunks = 0
         while not self._stop.is_set():
             with conn.begin():
-                deleted = engine.purge_chunk(conn, days, limit)
+                deleted = engine.housekeeping.purge_chunk(conn, days, limit)
             total += deleted
             chunks += 1
             if deleted < limit:
@@ -179,7 +177,7 @@ class Maintenance:
         total = 0
         while not self._stop.is_set():
             with conn.begin():
-                deleted = engine.purge_periodic_ticks(conn, days, limit)
+                deleted = engine.periodic.purge_periodic_ticks(conn, days, limit)
             total += deleted
             if deleted < limit:
                 break
@@ -190,7 +188,7 @@ class Maintenance:
         expired (their rows in the registry of live workers)."""
         result = self._rescue_jobs(conn, engine)
         with conn.begin(), self.context.workers_connection(conn) as registry:
-            gone = self.context.queue_engine(registry).forget_gone_workers(registry)
+            gone = self.context.queue_engine(registry).workers.forget_gone_workers(registry)
         if gone:
             result += f"; forgot {len(gone)} gone worker(s): {', '.join(gone[:20])}"
         return result
@@ -199,7 +197,7 @@ class Maintenance:
         """Retry ``running`` jobs whose worker died: their lock is free for anyone to take."""
         locks = self.strategy.liveness_locks
         with conn.begin():
-            running = engine.running_jobs(conn, RESCUE_BATCH)
+            running = engine.queries.running_jobs(conn, RESCUE_BATCH)
         if not running:
             return "no running jobs"
         if locks is None:
@@ -212,19 +210,16 @@ class Maintenance:
         acquired = locks.try_acquire(conn, names)
         orphans = [job for job, got in zip(running, acquired, strict=True) if got]
         rescued: list[int] = []
+        rescue = Fence.rescue(self.worker_id)
         try:
             for job in orphans:
+                message = (
+                    f"the worker running this job ({job.worker_id}) died: its lock was "
+                    f"released before the job finished; rescued by {self.worker_id}"
+                )
+                failure = self.context.retry_policy.failure(job, message)
                 with conn.begin():
-                    failed, _ = self.context.retry_policy.fail(
-                        conn,
-                        engine,
-                        job,
-                        f"the worker running this job ({job.worker_id}) died: its lock was "
-                        f"released before the job finished; rescued by {self.worker_id}",
-                        attempt_increment=0,
-                        expected_status=Status.RUNNING,
-                        worker_id=self.worker_id,
-                    )
+                    failed = engine.outcomes.fail(conn, job, rescue, failure)
                 if failed.changed:  # else it finished (or was given back) since it was listed
                     rescued.append(job.id)
         finally:
@@ -240,7 +235,7 @@ class Maintenance:
         if not self.notifier.pushes:
             return "no push channel here: workers poll"
         with conn.begin():
-            queues = engine.runnable_queues(conn)
+            queues = engine.queries.runnable_queues(conn)
             sent = self.notifier.notify(conn, queues)
         return f"notified {sent} queue(s): {', '.join(queues)}" if queues else "nothing runnable"
 

@@ -56,11 +56,13 @@ def enqueue_tick(
     """In ``conn``'s transaction: the tick's row, then its job (run_at = the tick), then the
     job's id on the row. None, having written nothing, when the tick's row exists."""
     engine = context.queue_engine(conn)
-    if not engine.claim_periodic_tick(conn, schedule.name, tick):
+    if not engine.periodic.claim_periodic_tick(conn, schedule.name, tick):
         return None
     options = {**schedule.options, "run_at": tick}
-    job_id = engine.insert(conn, job_for_task(context, schedule.task, schedule.payload, options))
-    engine.link_periodic_job(conn, schedule.name, tick, job_id)
+    job_id = engine.inserts.insert(
+        conn, job_for_task(context, schedule.task, schedule.payload, options)
+    )
+    engine.periodic.link_periodic_job(conn, schedule.name, tick, job_id)
     return job_id
 
 
@@ -81,7 +83,9 @@ def enqueue_due(
         return []
     reader = engine.execution_options(**{dialects.WRITE_INTENT: False})  # SQLite: no write lock
     with reader.connect() as conn:
-        last = context.queue_engine(conn).last_periodic_ticks(conn, [s.name for s in schedules])
+        last = context.queue_engine(conn).periodic.last_periodic_ticks(
+            conn, [s.name for s in schedules]
+        )
     outcomes: list[TickOutcome] = []
     failure: BaseException | None = None
     for schedule in schedules:

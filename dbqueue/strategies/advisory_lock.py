@@ -15,7 +15,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -23,7 +23,7 @@ from dbqueue.config import Settings
 from dbqueue.dialects import Dialect
 from dbqueue.errors import StrategyNotSupportedError
 from dbqueue.job import Job
-from dbqueue.strategies.base import ClaimStrategy
+from dbqueue.strategies.base import ClaimStatements, ClaimStrategy
 from dbqueue.strategies.locks import (
     DatabaseLocks,
     LockBackend,
@@ -31,9 +31,6 @@ from dbqueue.strategies.locks import (
     job_lock_prefix,
     slot_lock_name,
 )
-
-if TYPE_CHECKING:
-    from dbqueue.engine import QueueEngine
 
 log = logging.getLogger("dbqueue.strategies")
 
@@ -59,14 +56,14 @@ class LockClaimStrategy(ClaimStrategy):
         self._mutex = threading.Lock()
 
     def claim(
-        self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
+        self, conn: Connection, claims: ClaimStatements, queue: str, limit: int, worker_id: str
     ) -> list[Job]:
-        return self._claim(conn, engine, queue, limit, worker_id, None) or []
+        return self._claim(conn, claims, queue, limit, worker_id, None) or []
 
     def claim_limited(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         limit: int,
         worker_id: str,
@@ -76,12 +73,12 @@ class LockClaimStrategy(ClaimStrategy):
         job's outcome has committed (``release``). A dead worker's connection takes it along
         at once, while its job waits for rescue. The holder is written on the slot's row in
         the claim's transaction, for monitoring. One slot, so one job."""
-        return self._claim(conn, engine, queue, 1, worker_id, slots)
+        return self._claim(conn, claims, queue, 1, worker_id, slots)
 
     def claim_task(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         task: str,
         limit: int,
@@ -89,30 +86,30 @@ class LockClaimStrategy(ClaimStrategy):
         exclude: list[Job],
     ) -> list[Job]:
         """The jobs already claimed are committed ``running``: no candidate list has them."""
-        return self._claim(conn, engine, queue, limit, worker_id, None, task) or []
+        return self._claim(conn, claims, queue, limit, worker_id, None, task) or []
 
     def _claim(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         limit: int,
         worker_id: str,
         slots: int | None,
         task: str | None = None,
     ) -> list[Job] | None:
-        namespace = engine.tables.names.qualified_jobs
+        namespace = claims.namespace
         held: list[str] = []
         try:
             with self._locking(conn, slots is None and task is None):
                 taken = self._lock_jobs(
-                    conn, engine, queue, limit, worker_id, slots, task, namespace, held
+                    conn, claims, queue, limit, worker_id, slots, task, namespace, held
                 )
                 if taken is None:
                     return None
                 slot, keep, names, jobs = taken
                 if jobs is None:
-                    jobs = self._mark(conn, engine, queue, keep, worker_id, slot)
+                    jobs = self._mark(conn, claims, queue, keep, worker_id, slot)
         except BaseException:
             # The claim failed — possibly after its COMMIT reached the database: let go of the
             # locks, so that rescue can retry whatever was marked running. (Database locks go
@@ -141,7 +138,7 @@ class LockClaimStrategy(ClaimStrategy):
     def _lock_jobs(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         limit: int,
         worker_id: str,
@@ -159,33 +156,33 @@ class LockClaimStrategy(ClaimStrategy):
                 return None
             held.append(slot[1])
         if slot is None and task is None:
-            claimed = self._lock_and_claim(conn, engine, queue, limit, namespace, held, worker_id)
+            claimed = self._lock_and_claim(conn, claims, queue, limit, namespace, held, worker_id)
             if claimed is not None:
                 return slot, *claimed
         keep, names = self._lock_candidates(
-            conn, engine, queue, limit, namespace, held, task, worker_id, slot is not None
+            conn, claims, queue, limit, namespace, held, task, worker_id, slot is not None
         )
         return slot, keep, names, None
 
     def _mark(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         keep: list[int],
         worker_id: str,
         slot: tuple[int, str] | None,
     ) -> list[Job]:
         """Mark the locked jobs running (and record the slot's holder)."""
-        jobs = engine.claim_ids(conn, keep, worker_id, unflushed=True) if keep else []
+        jobs = claims.claim_ids(conn, keep, worker_id, unflushed=True) if keep else []
         if slot is not None and jobs:
-            engine.record_slot(conn, queue, slot[0], jobs[0].id, worker_id)
+            claims.record_slot(conn, queue, slot[0], jobs[0].id, worker_id)
         return jobs
 
     def _lock_candidates(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         limit: int,
         namespace: str,
@@ -204,13 +201,13 @@ class LockClaimStrategy(ClaimStrategy):
         """
         # A limited queue's claim takes one job, its slot already taken: the head of the line.
         window = 0 if limited else self._window(worker_id)
-        locked = self._lock_window(conn, engine, queue, limit, namespace, window, task)
+        locked = self._lock_window(conn, claims, queue, limit, namespace, window, task)
         if locked:
             held.extend(locked.values())
             return list(locked), locked
         wanted = min(limit * OVERFETCH, MAX_CANDIDATES)
         for page in range(PAGES):
-            ids = engine.candidate_ids(conn, queue, wanted, page * wanted, task)
+            ids = claims.candidate_ids(conn, queue, wanted, page * wanted, task)
             if not ids:
                 return [], {}
             names = {job_id: job_lock_name(namespace, job_id) for job_id in ids}
@@ -231,7 +228,7 @@ class LockClaimStrategy(ClaimStrategy):
     def _lock_and_claim(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         limit: int,
         namespace: str,
@@ -239,7 +236,7 @@ class LockClaimStrategy(ClaimStrategy):
         worker_id: str,
     ) -> tuple[list[int], dict[int, str], list[Job]] | None:
         """List this thread's window, lock it and mark running what was locked, in one
-        statement where the database can (``QueueEngine.lock_and_claim``): the ids locked, the
+        statement where the database can (``ClaimStatements.lock_and_claim``): the ids locked, the
         lock names by id, the jobs claimed. None when it cannot, or its window gave nothing
         (the window's page and the rest are then tried as ``_lock_candidates`` does)."""
         prefix = job_lock_prefix(namespace)
@@ -247,7 +244,7 @@ class LockClaimStrategy(ClaimStrategy):
         if lock is None:
             return None
         window = self._window(worker_id)
-        done = engine.lock_and_claim(conn, queue, limit, window * limit, worker_id, prefix, lock)
+        done = claims.lock_and_claim(conn, queue, limit, window * limit, worker_id, lock)
         if done is None:
             return None
         locked, jobs = done
@@ -263,7 +260,7 @@ class LockClaimStrategy(ClaimStrategy):
     def _lock_window(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         limit: int,
         namespace: str,
@@ -276,7 +273,7 @@ class LockClaimStrategy(ClaimStrategy):
         lock = self.locks.try_acquire_named_by(prefix)
         if lock is None:
             return {}
-        rows = engine.locked_candidates(conn, queue, limit, window * limit, task, lock, prefix)
+        rows = claims.locked_candidates(conn, queue, limit, window * limit, task, lock)
         return {job_id: job_lock_name(namespace, job_id) for job_id, taken in rows if taken}
 
     def _try_group(
@@ -311,9 +308,9 @@ class LockClaimStrategy(ClaimStrategy):
         return None
 
     def claim_ids(
-        self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
+        self, conn: Connection, claims: ClaimStatements, ids: list[int], worker_id: str
     ) -> list[Job]:
-        namespace = engine.tables.names.qualified_jobs
+        namespace = claims.namespace
         names = {job_id: job_lock_name(namespace, job_id) for job_id in ids}
         held: list[str] = []
         try:
@@ -321,7 +318,7 @@ class LockClaimStrategy(ClaimStrategy):
                 taken = self.locks.try_acquire(conn, list(names.values()))
                 locked = [job_id for job_id, ok in zip(ids, taken, strict=True) if ok]
                 held = [names[i] for i in locked]
-                jobs = engine.claim_ids(conn, locked, worker_id, due_only=False) if locked else []
+                jobs = claims.claim_ids(conn, locked, worker_id, due_only=False) if locked else []
         except BaseException:
             self._let_go(conn, held)  # as in claim(): rescue retries what was marked running
             raise
@@ -338,26 +335,30 @@ class LockClaimStrategy(ClaimStrategy):
     def releases_with_outcome(self) -> bool:
         return self.locks.releases_in_transaction
 
-    def release_jobs(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
+    def release_jobs(self, conn: Connection, claims: ClaimStatements, jobs: list[Job]) -> None:
         """One statement compiled once where the locks have one (a batch's release is on a
         worker's hot path), else the locks by name."""
-        prefix = job_lock_prefix(engine.tables.names.qualified_jobs)
-        unlock = engine.statement(f"unlock:{prefix}", lambda: self.locks.release_statement(prefix))
+        prefix = job_lock_prefix(claims.namespace)
+        unlock = claims.cached(("unlock", prefix), lambda: self.locks.release_statement(prefix))
         if unlock is None:
             self.locks.release(conn, [f"{prefix}{job.id}" for job in jobs])
         elif jobs:
-            engine.compiled(unlock).raw_rows(conn, {"keys": [job.id for job in jobs]})
+            claims.compiled(unlock).raw_rows(conn, {"keys": [job.id for job in jobs]})
 
     def release(
-        self, conn: Connection, engine: QueueEngine, jobs: list[Job], jobs_released: bool = False
+        self,
+        conn: Connection,
+        claims: ClaimStatements,
+        jobs: list[Job],
+        jobs_released: bool = False,
     ) -> None:
         """A limited queue's slot waits for the commit: until then the job counts as running."""
-        namespace = engine.tables.names.qualified_jobs
+        namespace = claims.namespace
         names = [] if jobs_released else [job_lock_name(namespace, job.id) for job in jobs]
         self.locks.release(conn, names + self._slots_of(jobs))
 
-    def release_abandoned(self, engine: QueueEngine, jobs: list[Job], thread_id: int) -> None:
-        namespace = engine.tables.names.qualified_jobs
+    def release_abandoned(self, claims: ClaimStatements, jobs: list[Job], thread_id: int) -> None:
+        namespace = claims.namespace
         names = [job_lock_name(namespace, job.id) for job in jobs]
         self.locks.release_for_thread(thread_id, names + self._slots_of(jobs))
 
@@ -369,12 +370,12 @@ class LockClaimStrategy(ClaimStrategy):
             found = [self._slot_locks.pop(job.id, None) for job in jobs]
         return [name for name in found if name is not None]
 
-    def holds(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> bool:
-        namespace = engine.tables.names.qualified_jobs
+    def holds(self, conn: Connection, claims: ClaimStatements, jobs: list[Job]) -> bool:
+        namespace = claims.namespace
         return self.locks.holding(conn, [job_lock_name(namespace, job.id) for job in jobs])
 
-    def ask_holds(self, engine: QueueEngine, jobs: list[Job]) -> Callable[[Connection], bool]:
-        namespace = engine.tables.names.qualified_jobs
+    def ask_holds(self, claims: ClaimStatements, jobs: list[Job]) -> Callable[[Connection], bool]:
+        namespace = claims.namespace
         return self.locks.ask_holding([job_lock_name(namespace, job.id) for job in jobs])
 
     @property

@@ -1,11 +1,15 @@
-"""How a claim is made exclusive: the interface each strategy module implements."""
+"""How a claim is made exclusive: the interface each strategy module implements, what it needs
+of the engine (``ClaimStatements``, which the engine's ``Claims`` part provides), and the fence a
+claim leaves for the outcomes of its jobs (``Fence``)."""
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+import dataclasses
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, ClassVar, Protocol
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dbqueue.base.wakeup import Notifier
@@ -15,8 +19,104 @@ from dbqueue.job import Job, Status
 from dbqueue.schema.tables import TableNames
 from dbqueue.strategies.locks import DatabaseLocks, LockBackend
 
-if TYPE_CHECKING:
-    from dbqueue.engine import QueueEngine
+#: A named lock expression: the key read in the statement → the expression that takes it.
+LockExpression = Callable[[sa.ColumnElement], sa.ColumnElement]
+#: How a strategy locks a select it runs (``FOR UPDATE SKIP LOCKED``).
+Locking = Callable[[sa.Select], sa.Select]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fence:
+    """What an outcome's UPDATE must find in a claimed job's row for the job to still be this
+    claim's, and what the claim left uncounted. Made where the claim is made
+    (``ClaimStrategy.fence``), passed whole to every outcome: success, failure, retry,
+    cancellation, rescue, and the undoing of a claim.
+
+    ``status``: the row's status while the handler runs (``available`` under a claim held in
+    the batch transaction, ``running`` under a committed one). ``attempt_increment``: 1 where
+    the claim did not count the attempt. ``worker_id``: who records the outcome (written on
+    the row). ``claimed_by``: only rows this worker claimed (committed claims: a job rescued
+    and claimed again since belongs to someone else). ``same_attempt``: only the attempt that
+    ran (an outcome written outside the claim's transaction, after it ended)."""
+
+    status: str
+    attempt_increment: int
+    worker_id: str
+    claimed_by: str | None = None
+    same_attempt: bool = False
+
+    def guarded(self) -> Fence:
+        """This fence, for an outcome written after the claim's transaction ended."""
+        return dataclasses.replace(self, same_attempt=True)
+
+    def recorded_by(self, worker_id: str) -> Fence:
+        """This claim's fence, for an outcome written by another (the watchdog, for a thread
+        it abandoned), after the claim's transaction ended."""
+        return dataclasses.replace(self, worker_id=worker_id, same_attempt=True)
+
+    @classmethod
+    def rescue(cls, worker_id: str) -> Fence:
+        """Rescue's fence: a ``running`` job whose worker died, whoever it was."""
+        return cls(Status.RUNNING, 0, worker_id)
+
+
+class ClaimStatements(Protocol):
+    """What a strategy uses of the engine to claim (``dbqueue.engine.claims.Claims``)."""
+
+    #: What names the queue's locks: its jobs table, qualified.
+    namespace: str
+
+    def cached(self, key: Hashable, build: Callable[[], Any]) -> Any: ...
+    def compiled(self, stmt: Any) -> Any: ...
+    def runnable(
+        self, queue: str | None = None, limit: int | None = None, locking: Locking | None = None
+    ) -> sa.Select: ...
+    def runnable_of_task(
+        self, queue: str, task: str, limit: int, exclude: Sequence[int] = ()
+    ) -> sa.Select: ...
+    def waiting(self, ids: Sequence[int]) -> sa.Select: ...
+    def free_slot(self, locking: Locking | None = None) -> sa.Select: ...
+    def fetch_jobs(
+        self, conn: Connection, stmt: sa.Select, queue: str, limit: int, attempt_increment: int
+    ) -> list[Job]: ...
+    def fetch_waiting(
+        self, conn: Connection, stmt: sa.Select, attempt_increment: int
+    ) -> list[Job]: ...
+    def take_slot(
+        self, conn: Connection, stmt: sa.Select, queue: str, slots: int
+    ) -> int | None: ...
+    def record_slot(
+        self, conn: Connection, queue: str, slot: int, job_id: int, worker_id: str
+    ) -> None: ...
+    def candidate_ids(
+        self, conn: Connection, queue: str, limit: int, offset: int = 0, task: str | None = None
+    ) -> list[int]: ...
+    def locked_candidates(
+        self,
+        conn: Connection,
+        queue: str,
+        limit: int,
+        offset: int,
+        task: str | None,
+        lock: LockExpression,
+    ) -> list[tuple[int, bool]]: ...
+    def lock_and_claim(
+        self,
+        conn: Connection,
+        queue: str,
+        limit: int,
+        offset: int,
+        worker_id: str,
+        lock: LockExpression,
+    ) -> tuple[list[int], list[Job]] | None: ...
+    def claim_ids(
+        self,
+        conn: Connection,
+        ids: Sequence[int],
+        worker_id: str,
+        due_only: bool = True,
+        unflushed: bool = False,
+    ) -> list[Job]: ...
 
 
 class ClaimStrategy(abc.ABC):
@@ -47,7 +147,7 @@ class ClaimStrategy(abc.ABC):
 
     @abc.abstractmethod
     def claim(
-        self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
+        self, conn: Connection, claims: ClaimStatements, queue: str, limit: int, worker_id: str
     ) -> list[Job]:
         """Claim up to ``limit`` runnable jobs of ``queue``.
 
@@ -59,7 +159,7 @@ class ClaimStrategy(abc.ABC):
     def claim_limited(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         limit: int,
         worker_id: str,
@@ -75,7 +175,7 @@ class ClaimStrategy(abc.ABC):
 
     @abc.abstractmethod
     def claim_ids(
-        self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
+        self, conn: Connection, claims: ClaimStatements, ids: list[int], worker_id: str
     ) -> list[Job]:
         """Claim those of these jobs that still wait, whatever their run_at, made exclusive
         the way ``claim`` is (so a worker cannot take them too): eager mode runs a job by id
@@ -85,7 +185,7 @@ class ClaimStrategy(abc.ABC):
     def claim_task(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         task: str,
         limit: int,
@@ -109,28 +209,32 @@ class ClaimStrategy(abc.ABC):
         find the job no longer running."""
         return False
 
-    def release_jobs(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:  # noqa: B027
+    def release_jobs(self, conn: Connection, claims: ClaimStatements, jobs: list[Job]) -> None:  # noqa: B027
         """Give up the jobs' own locks in the outcome's transaction (``releases_with_outcome``)."""
 
     def release(
-        self, conn: Connection, engine: QueueEngine, jobs: list[Job], jobs_released: bool = False
+        self,
+        conn: Connection,
+        claims: ClaimStatements,
+        jobs: list[Job],
+        jobs_released: bool = False,
     ) -> None:
         """Give up whatever external locks the claim took (after the batch committed);
         ``jobs_released``: the jobs' own locks already went with the outcome."""
 
-    def release_abandoned(self, engine: QueueEngine, jobs: list[Job], thread_id: int) -> None:  # noqa: B027
+    def release_abandoned(self, claims: ClaimStatements, jobs: list[Job], thread_id: int) -> None:  # noqa: B027
         """Give up the external locks a thread the watchdog abandoned took for ``jobs``."""
 
-    def holds(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> bool:
+    def holds(self, conn: Connection, claims: ClaimStatements, jobs: list[Job]) -> bool:
         """Whether this worker still holds the claims of ``jobs``, asked just before their
         outcome commits. A row lock or a database session lock cannot be lost while the
         transaction lives; the lock server's can (it restarted, the connection dropped)."""
         return True
 
-    def ask_holds(self, engine: QueueEngine, jobs: list[Job]) -> Callable[[Connection], bool]:
+    def ask_holds(self, claims: ClaimStatements, jobs: list[Job]) -> Callable[[Connection], bool]:
         """``holds``, asked now (before the outcome's UPDATE) and answered by the call
         returned (just before the commit): a question to the lock server travels meanwhile."""
-        return lambda conn: self.holds(conn, engine, jobs)
+        return lambda conn: self.holds(conn, claims, jobs)
 
     @property
     def liveness_locks(self) -> LockBackend | None:
@@ -159,3 +263,9 @@ class ClaimStrategy(abc.ABC):
     def claimed_status(self) -> str:
         """The status a claimed job has in the database while its handler runs."""
         return Status.AVAILABLE if self.claims_in_transaction else Status.RUNNING
+
+    def fence(self, worker_id: str) -> Fence:
+        """The fence of this strategy's claims by ``worker_id``: a committed claim's outcomes
+        change only rows still running under that worker."""
+        claimed_by = None if self.claims_in_transaction else worker_id
+        return Fence(self.claimed_status, self.attempt_increment, worker_id, claimed_by)

@@ -23,8 +23,6 @@ enqueue hints and ``app.call``'s finishes, and holds the maintenance routines' l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sqlalchemy.engine import Connection, Engine
 
 from dbqueue import lockserver
@@ -37,13 +35,10 @@ from dbqueue.lockserver.locks import LockServerLocks
 from dbqueue.lockserver.notifier import LockServerNotifier
 from dbqueue.schema.tables import TableNames
 from dbqueue.strategies.advisory_lock import LockClaimStrategy
-from dbqueue.strategies.base import ClaimStrategy
+from dbqueue.strategies.base import ClaimStatements, ClaimStrategy
 from dbqueue.strategies.listed import ListedCandidates
 from dbqueue.strategies.locks import job_lock_name
 from dbqueue.strategies.sqlite import SQLiteStrategy
-
-if TYPE_CHECKING:
-    from dbqueue.engine import QueueEngine
 
 #: Lists tried by one claim before it lists and pages as other lock claims do.
 LISTED_TRIES = 3
@@ -107,29 +102,29 @@ class LockServerStrategy(LockClaimStrategy):
         return SingleWriterLockServerStrategy if dialect.single_writer else cls
 
     def claim(
-        self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
+        self, conn: Connection, claims: ClaimStatements, queue: str, limit: int, worker_id: str
     ) -> list[Job]:
         """Ids to try come from the process's list (``listed.py``), so that a claim is a lock
         request and one UPDATE, and only now and then a listing too. Should its ids keep being
         taken by other workers, the claim lists and pages as the other lock claims do."""
         for _ in range(LISTED_TRIES):
-            jobs = self._claim_listed(conn, engine, queue, limit, worker_id)
+            jobs = self._claim_listed(conn, claims, queue, limit, worker_id)
             if jobs is None:
                 return []
             if jobs:
                 return jobs
-        return super().claim(conn, engine, queue, limit, worker_id)
+        return super().claim(conn, claims, queue, limit, worker_id)
 
     def _claim_listed(
-        self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
+        self, conn: Connection, claims: ClaimStatements, queue: str, limit: int, worker_id: str
     ) -> list[Job] | None:
         """Lock ids from the list and mark them running: the jobs claimed; None when the queue
         has nothing runnable."""
-        namespace = engine.tables.names.qualified_jobs
+        namespace = claims.namespace
 
         def list_ids(size: int) -> list[int]:
             with self._locking(conn, True):
-                return engine.candidate_ids(conn, queue, size)
+                return claims.candidate_ids(conn, queue, size)
 
         ids = self.listed.take(queue, limit, self._window(worker_id), list_ids)
         if not ids:
@@ -141,7 +136,7 @@ class LockServerStrategy(LockClaimStrategy):
             locked = self._try_group(conn, ids, names, held)
             if locked:  # one UPDATE, committing on its own where the driver can, unflushed
                 with self.dialect.one_statement_transaction(conn):
-                    jobs = engine.claim_ids(conn, locked, worker_id, unflushed=True)
+                    jobs = claims.claim_ids(conn, locked, worker_id, unflushed=True)
         except BaseException:
             self._let_go(conn, held)  # as in LockClaimStrategy._claim
             raise

@@ -10,17 +10,18 @@ saves a row version per job.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dbqueue.dialects import Dialect
 from dbqueue.errors import StrategyNotSupportedError
 from dbqueue.job import Job
-from dbqueue.strategies.base import ClaimStrategy
+from dbqueue.strategies.base import ClaimStatements, ClaimStrategy
 
-if TYPE_CHECKING:
-    from dbqueue.engine import QueueEngine
+
+def skip_locked(stmt: sa.Select) -> sa.Select:
+    """This strategy's locking: the rows it reads, locked, those another holds skipped."""
+    return stmt.with_for_update(skip_locked=True)
 
 
 class SkipLockedStrategy(ClaimStrategy):
@@ -35,17 +36,15 @@ class SkipLockedStrategy(ClaimStrategy):
             )
 
     def claim(
-        self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
+        self, conn: Connection, claims: ClaimStatements, queue: str, limit: int, worker_id: str
     ) -> list[Job]:
-        stmt = engine.statement(
-            "claim:skip_locked", lambda: engine.runnable().with_for_update(skip_locked=True)
-        )
-        return engine.fetch_jobs(conn, stmt, queue, limit, self.attempt_increment)
+        stmt = claims.runnable(locking=skip_locked)
+        return claims.fetch_jobs(conn, stmt, queue, limit, self.attempt_increment)
 
     def claim_limited(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         limit: int,
         worker_id: str,
@@ -55,17 +54,15 @@ class SkipLockedStrategy(ClaimStrategy):
         LOCKED`` in the batch transaction. It is held until that transaction ends — the job's
         outcome commits, or the worker dies and the database rolls it back, freeing the slot
         and the job together. One slot, so one job: a batch runs its jobs one after another."""
-        stmt = engine.statement(
-            "slot:skip_locked", lambda: engine.free_slot().with_for_update(skip_locked=True)
-        )
-        if engine.take_slot(conn, stmt, queue, slots) is None:
+        stmt = claims.free_slot(locking=skip_locked)
+        if claims.take_slot(conn, stmt, queue, slots) is None:
             return None
-        return self.claim(conn, engine, queue, 1, worker_id)
+        return self.claim(conn, claims, queue, 1, worker_id)
 
     def claim_task(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         task: str,
         limit: int,
@@ -73,11 +70,11 @@ class SkipLockedStrategy(ClaimStrategy):
         exclude: list[Job],
     ) -> list[Job]:
         ids = [job.id for job in exclude]
-        stmt = engine.runnable_of_task(queue, task, limit, ids).with_for_update(skip_locked=True)
-        return engine.fetch_waiting(conn, stmt, self.attempt_increment)
+        stmt = skip_locked(claims.runnable_of_task(queue, task, limit, ids))
+        return claims.fetch_waiting(conn, stmt, self.attempt_increment)
 
     def claim_ids(
-        self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
+        self, conn: Connection, claims: ClaimStatements, ids: list[int], worker_id: str
     ) -> list[Job]:
-        stmt = engine.waiting(ids).with_for_update(skip_locked=True)
-        return engine.fetch_waiting(conn, stmt, self.attempt_increment)
+        stmt = skip_locked(claims.waiting(ids))
+        return claims.fetch_waiting(conn, stmt, self.attempt_increment)

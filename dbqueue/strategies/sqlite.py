@@ -9,17 +9,12 @@ the same rows. A killed worker's lock and uncommitted writes vanish with its pro
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sqlalchemy.engine import Connection
 
 from dbqueue.dialects import Dialect
 from dbqueue.errors import StrategyNotSupportedError
 from dbqueue.job import Job
-from dbqueue.strategies.base import ClaimStrategy
-
-if TYPE_CHECKING:
-    from dbqueue.engine import QueueEngine
+from dbqueue.strategies.base import ClaimStatements, ClaimStrategy
 
 
 class SQLiteStrategy(ClaimStrategy):
@@ -37,14 +32,14 @@ class SQLiteStrategy(ClaimStrategy):
             )
 
     def claim(
-        self, conn: Connection, engine: QueueEngine, queue: str, limit: int, worker_id: str
+        self, conn: Connection, claims: ClaimStatements, queue: str, limit: int, worker_id: str
     ) -> list[Job]:
-        return engine.fetch_jobs(conn, engine.runnable(), queue, limit, self.attempt_increment)
+        return claims.fetch_jobs(conn, claims.runnable(), queue, limit, self.attempt_increment)
 
     def claim_limited(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         limit: int,
         worker_id: str,
@@ -54,22 +49,22 @@ class SQLiteStrategy(ClaimStrategy):
         claim to the outcome's commit, so one batch runs at a time in the whole database, its
         jobs one after another — at most one job of any queue runs at once, within every limit.
         A killed worker's lock vanishes with its process."""
-        return self.claim(conn, engine, queue, limit, worker_id)
+        return self.claim(conn, claims, queue, limit, worker_id)
 
     def claim_task(
         self,
         conn: Connection,
-        engine: QueueEngine,
+        claims: ClaimStatements,
         queue: str,
         task: str,
         limit: int,
         worker_id: str,
         exclude: list[Job],
     ) -> list[Job]:
-        stmt = engine.runnable_of_task(queue, task, limit, [job.id for job in exclude])
-        return engine.fetch_waiting(conn, stmt, self.attempt_increment)
+        stmt = claims.runnable_of_task(queue, task, limit, [job.id for job in exclude])
+        return claims.fetch_waiting(conn, stmt, self.attempt_increment)
 
     def claim_ids(
-        self, conn: Connection, engine: QueueEngine, ids: list[int], worker_id: str
+        self, conn: Connection, claims: ClaimStatements, ids: list[int], worker_id: str
     ) -> list[Job]:
-        return engine.fetch_waiting(conn, engine.waiting(ids), self.attempt_increment)
+        return claims.fetch_waiting(conn, claims.waiting(ids), self.attempt_increment)

@@ -13,8 +13,10 @@ from dbqueue.base.identifiers import check_queue_name, check_subscription_id, ch
 from dbqueue.errors import ConfigurationError, UnknownTaskError
 from dbqueue.job import Job
 from dbqueue.tasks.hooks import WorkerHooks
-from dbqueue.tasks.retry import Backoff
 from dbqueue.tasks.schedules import ScheduleBook
+
+#: A backoff maps the number of the attempt that just failed (1, 2, …) to seconds to wait.
+Backoff = Callable[[int], float]
 
 Handler = Callable[..., Any]
 

@@ -1,12 +1,15 @@
-"""When a failed job runs again."""
+"""When a failed job runs again, or dies: the backoff rules, and the retry policy that decides a
+failed attempt's fate (``RetryPolicy.failure``) for every place that records one: the worker's
+executor (a handler raised, timed out or was abandoned) and the rescue routine (the job's
+worker died)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
-#: A backoff maps the number of the attempt that just failed (1, 2, …) to seconds to wait.
-Backoff = Callable[[int], float]
+from dbqueue.job import Job
+from dbqueue.tasks.registry import EXCLUSIVE, Backoff, TaskRegistry
 
 DEFAULT_BASE_INTERVAL = 300.0  # the seed's QUEUE_BASE_INTERVAL_RETRY: 5 minutes
 
@@ -44,3 +47,40 @@ def retry_delay(
     if isinstance(requested, _BackoffRule):
         return max(0.0, float(backoff(attempt)))
     return requested
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed attempt and what it leads to: a retry ``retry_in`` seconds from now (None: the
+    job is dead), a dead-letter job for its dead handler, and for a keyed job of an
+    ``exclusive`` task, the back of its key's line."""
+
+    message: str
+    retry_in: float | None
+    dead_letter: bool = False
+    exclusive_key: bool = False
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The registry's per-task backoff and dead handlers, else the App's default backoff."""
+
+    registry: TaskRegistry
+    default_backoff: Backoff
+
+    def retry_in(self, job: Job, requested: Requested = BACKOFF) -> float | None:
+        """Seconds until the next attempt, or None: attempts are exhausted (or the handler
+        discarded the job, ``requested`` None), the job is dead. ``requested`` seconds (the
+        handler raised Retry) replace the backoff."""
+        backoff = self.registry.backoff_for(job) or self.default_backoff
+        return retry_delay(job.attempt, job.max_attempts, backoff, requested)
+
+    def failure(self, job: Job, message: str, requested: Requested = BACKOFF) -> Failure:
+        """What this failed attempt of ``job`` leads to (``Outcomes.fail`` records it)."""
+        registry = self.registry
+        return Failure(
+            message,
+            self.retry_in(job, requested),
+            dead_letter=registry.has_dead_handler(job),
+            exclusive_key=job.key_seq is not None and registry.key_mode_for(job) == EXCLUSIVE,
+        )

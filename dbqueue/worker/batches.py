@@ -80,7 +80,9 @@ def gather(
             granted = reserve(missing) if missing > 0 else 0
             if granted:
                 try:
-                    jobs += strategy.claim_task(conn, engine, queue, task, granted, worker_id, jobs)
+                    jobs += strategy.claim_task(
+                        conn, engine.claims, queue, task, granted, worker_id, jobs
+                    )
                 except Exception:
                     if strategy.claims_in_transaction:
                         raise  # the transaction is spoilt: the claim rolls back whole

@@ -45,9 +45,9 @@ def claim_and_run(
     except BaseException:
         executor.give_back(conn, engine, jobs)
         try:
-            strategy.release(conn, engine, jobs)
+            strategy.release(conn, engine.claims, jobs)
         except Exception:  # the original error says more; rescue frees what is left
             log.debug("releasing the locks of a failed batch failed", exc_info=True)
         raise
-    strategy.release(conn, engine, jobs, jobs_released=result.released)
+    strategy.release(conn, engine.claims, jobs, jobs_released=result.released)
     return result

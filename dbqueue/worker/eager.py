@@ -8,55 +8,32 @@ waited for), until it succeeds or dies; a dead-letter job runs next, and so do t
 handler enqueues (after the job that enqueued them has committed). Nothing else of a worker
 applies: no timeouts, no queue limits, no concurrency, no job log.
 
-The app layer below calls it (``App.eager_runner_class``, set by the package's composition
-root); it never imports this module.
+The App's eager mode (``dbqueue.app.eager``) calls it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
 from dbqueue import dialects
 from dbqueue.base.results import running_handlers
-from dbqueue.engine import FailResult, QueueEngine
+from dbqueue.engine import QueueEngine
 from dbqueue.errors import UnknownTaskError
 from dbqueue.job import Job, Status
 from dbqueue.runtime.context import RuntimeContext
-from dbqueue.runtime.policy import RetryPolicy
 from dbqueue.strategies import ClaimStrategy
 from dbqueue.worker.claimed import claim_and_run
 from dbqueue.worker.executor import BatchExecutor
 
 log = logging.getLogger("dbqueue.eager")
-
-
-@dataclasses.dataclass(frozen=True)
-class _NotingDeadLetters(RetryPolicy):
-    """The retry policy, noting the dead-letter jobs its failures create: they run next."""
-
-    note: Callable[[int], object]
-
-    @classmethod
-    def of(cls, policy: RetryPolicy, note: Callable[[int], object]) -> _NotingDeadLetters:
-        fields = {f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)}
-        return cls(**fields, note=note)
-
-    def fail(
-        self, conn: Connection, engine: QueueEngine, job: Job, message: str, **where: Any
-    ) -> tuple[FailResult, float | None]:
-        failed, delay = super().fail(conn, engine, job, message, **where)
-        if failed.dead_letter_id is not None:
-            self.note(failed.dead_letter_id)
-        return failed, delay
 
 
 class EagerRunner:
@@ -89,7 +66,7 @@ class EagerRunner:
         strategy = self.context.open_strategy(dialect)
         worker_id = f"{socket.gethostname()}:{os.getpid()}:eager:{threading.get_ident()}"
         executor = BatchExecutor(self.context, strategy, worker_id)
-        executor.policy = _NotingDeadLetters.of(executor.policy, pending.append)
+        executor.on_dead_letter = pending.append  # a dead-letter job runs next
         failures: list[dict[str, Any]] = []
         try:
             with engine.connect() as conn:
@@ -114,7 +91,7 @@ class EagerRunner:
         """Claim and run the job again and again until it no longer waits: succeeded, dead, or
         taken by a worker. Returns its row if it died or cannot run here."""
         with conn.begin():
-            row = engine.get(conn, job_id)
+            row = engine.queries.get(conn, job_id)
         if row is None or row["status"] != Status.AVAILABLE:
             return None  # rolled back with a savepoint, cancelled, or a worker has it
         reason = self._cannot_run(conn, row)
@@ -125,14 +102,14 @@ class EagerRunner:
             return {**row, "message": reason}
 
         def claim() -> list[Job]:
-            return strategy.claim_ids(conn, engine, [job_id], executor.worker_id)
+            return strategy.claim_ids(conn, engine.claims, [job_id], executor.worker_id)
 
         # One attempt per claim; the claim after the last finds the job finished.
         for _ in range(max(0, row["max_attempts"] - row["attempt"]) + 1):
             if claim_and_run(executor, conn, engine, claim, lambda: False) is None:
                 break
         with conn.begin():
-            row = engine.get(conn, job_id)
+            row = engine.queries.get(conn, job_id)
         if row is not None and row["status"] == Status.AVAILABLE:
             # A worker holds it (its claim is not committed yet), or its attempts ran out
             # uncounted (a handler rescheduled it itself): not this thread's any more.

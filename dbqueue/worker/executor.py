@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -27,6 +26,7 @@ from dbqueue.errors import DbqueueError
 from dbqueue.job import Job
 from dbqueue.runtime.context import RuntimeContext
 from dbqueue.strategies import ClaimStrategy
+from dbqueue.strategies.base import Fence
 from dbqueue.tasks.registry import Handler
 from dbqueue.tasks.retry import BACKOFF, Requested
 from dbqueue.worker.aio import AsyncSlot
@@ -97,6 +97,10 @@ class BatchExecutor(HandlerCalls):
         self.webhooks = context.webhooks
         self.strategy = strategy
         self.worker_id = worker_id
+        #: What this thread's outcomes must find in their jobs' rows (its claims' fence).
+        self.fence = strategy.fence(worker_id)
+        #: Told of each dead-letter job a failure inserts (eager mode runs them next).
+        self.on_dead_letter: Callable[[int], object] | None = None
         #: Where this queue's cancel requests are (the one a cancelled job's is deleted from).
         self.cancel_requests = context.cancel_requests()
         self.savepoints = strategy.dialect.supports_savepoints
@@ -139,8 +143,8 @@ class BatchExecutor(HandlerCalls):
     ) -> BatchResult:
         """Run each job in turn (each failure rolls back only its own savepoint), then mark the
         successes in one UPDATE. The caller commits the transaction."""
-        ran = self._run_batch(conn, engine, jobs, should_stop, claimed_by=None)
-        changed = self._complete(conn, engine, ran.done, claimed_by=None)
+        ran = self._run_batch(conn, engine, jobs, should_stop)
+        changed = engine.outcomes.complete(conn, ran.done, self.fence)
         if changed != len(ran.done):
             log.warning(
                 "marked %d of %d finished jobs succeeded: the others changed state while running",
@@ -162,14 +166,15 @@ class BatchExecutor(HandlerCalls):
             return self._one_by_one(conn, engine, jobs, should_stop)
         try:
             with conn.begin():
-                ran = self._run_batch(conn, engine, jobs, should_stop, claimed_by=self.worker_id)
-                holds = self.strategy.ask_holds(engine, ran.started) if ran.started else None
+                ran = self._run_batch(conn, engine, jobs, should_stop)
+                claims = engine.claims
+                holds = self.strategy.ask_holds(claims, ran.started) if ran.started else None
                 # No handler wrote: the fenced UPDATE may commit alone, then the release.
                 with engine.dialect.statements_alone(conn):
-                    changed = self._complete(conn, engine, ran.done, claimed_by=self.worker_id)
+                    changed = engine.outcomes.complete(conn, ran.done, self.fence)
                     self._check_still_ours(conn, engine, ran.started, changed + ran.changed, holds)
                     if self.strategy.releases_with_outcome:
-                        self.strategy.release_jobs(conn, engine, jobs)
+                        self.strategy.release_jobs(conn, claims, jobs)
                         ran.result.released = True
         except ClaimLostError as lost:
             self._lost(conn, engine, jobs, lost)
@@ -193,7 +198,7 @@ class BatchExecutor(HandlerCalls):
             if should_stop():
                 rest = [job for later in todo[index:] for job in later]
                 with conn.begin():
-                    engine.release_claims(conn, rest, claimed_by=self.worker_id)
+                    engine.claims.release_claims(conn, rest, self.fence)
                 result.skipped += len(rest)
                 break
             try:
@@ -223,9 +228,9 @@ class BatchExecutor(HandlerCalls):
     ) -> _Ran:
         """Write one handler call's outcomes in its own transaction, fenced."""
         ran = _Ran()
-        self._take(conn, engine, unit, outcomes, self.worker_id, ran)
-        changed = self._complete(conn, engine, ran.done, claimed_by=self.worker_id)
-        engine.release_claims(conn, ran.unstarted, claimed_by=self.worker_id)
+        self._take(conn, engine, unit, outcomes, ran)
+        changed = engine.outcomes.complete(conn, ran.done, self.fence)
+        engine.claims.release_claims(conn, ran.unstarted, self.fence)
         self.finished.note(ran.started)
         self._check_still_ours(conn, engine, ran.started, changed + ran.changed)
         ran.result.skipped = len(ran.unstarted)
@@ -239,7 +244,7 @@ class BatchExecutor(HandlerCalls):
             if conn.in_transaction():
                 conn.rollback()
             with conn.begin():
-                engine.release_claims(conn, jobs, claimed_by=self.worker_id)
+                engine.claims.release_claims(conn, jobs, self.fence)
         except Exception as exc:  # the connection is broken: rescue takes over
             log.debug("could not give back %d claimed job(s): %s", len(jobs), exc)
 
@@ -256,7 +261,7 @@ class BatchExecutor(HandlerCalls):
         if not started:
             return
         if holds is None:
-            holds = self.strategy.ask_holds(engine, started)
+            holds = self.strategy.ask_holds(engine.claims, started)
         if changed != len(started):
             raise ClaimLostError(
                 f"{len(started) - changed} of {len(started)} job(s) were no longer running "
@@ -284,7 +289,6 @@ class BatchExecutor(HandlerCalls):
         engine: QueueEngine,
         jobs: list[Job],
         should_stop: Callable[[], bool],
-        claimed_by: str | None,
     ) -> _Ran:
         ran = _Ran()
         session = self._sessions(conn)
@@ -314,11 +318,11 @@ class BatchExecutor(HandlerCalls):
             else:
                 outcomes, _ = self._run_unit(session, unit)
                 ran.result.handler_seconds += clock() - began
-            self._take(conn, engine, unit, outcomes, claimed_by, ran)
+            self._take(conn, engine, unit, outcomes, ran)
         ran.result.skipped = len(ran.unstarted)
         self.finished.note(ran.started)
         if ran.unstarted and not self.strategy.claims_in_transaction:
-            engine.release_claims(conn, ran.unstarted, claimed_by=claimed_by)  # committed: undo
+            engine.claims.release_claims(conn, ran.unstarted, self.fence)  # committed: undo
         return ran
 
     def _run_unit(self, session: Sessions, unit: list[Job]) -> tuple[list[Outcome], bool]:
@@ -335,7 +339,6 @@ class BatchExecutor(HandlerCalls):
         engine: QueueEngine,
         unit: list[Job],
         outcomes: list[Outcome],
-        claimed_by: str | None,
         ran: _Ran,
     ) -> None:
         """Note a handler call's successes, record its failures, set aside the jobs it gave
@@ -349,35 +352,21 @@ class BatchExecutor(HandlerCalls):
                 ran.done.append((job, outcome.value))
                 ran.result.succeeded += 1
                 continue
-            ran.changed += self._record(conn, engine, job, outcome, claimed_by)
+            ran.changed += self._record(conn, engine, job, outcome, self.fence)
             if outcome.cancelled:
                 ran.result.cancelled += 1
             else:
                 ran.result.failed += 1
 
-    def _complete(
-        self,
-        conn: Connection,
-        engine: QueueEngine,
-        done: list[tuple[Job, str | None]],
-        claimed_by: str | None,
+    def _record(
+        self, conn: Connection, engine: QueueEngine, job: Job, outcome: Outcome, fence: Fence
     ) -> int:
-        return engine.complete(
-            conn,
-            done,
-            attempt_increment=self.strategy.attempt_increment,
-            expected_status=self.strategy.claimed_status,
-            worker_id=self.worker_id,
-            claimed_by=claimed_by,
-        )
-
-    def _record(self, conn: Connection, engine: Any, job: Job, outcome: Outcome, by: Any) -> int:
         """Record a handler's failed outcome: cancelled on request, or a failed attempt (with
         the retry its handler asked for, if any); returns the rows changed."""
         if outcome.cancelled:
-            return self.record_cancelled(conn, engine, job, outcome.message or "cancelled", by)
+            return self.record_cancelled(conn, engine, job, outcome.message or "cancelled", fence)
         message, requested = outcome.message or "failed", outcome.requested
-        return self.record_failure(conn, engine, job, message, by, requested=requested)
+        return self.record_failure(conn, engine, job, message, fence, requested)
 
     def after_commit(self) -> None:
         """The jobs run so far have committed their outcomes: log them (with ``log_jobs``), and
@@ -392,27 +381,12 @@ class BatchExecutor(HandlerCalls):
             self.slot.connection, self.slot.batch = conn, jobs
 
     def record_cancelled(
-        self,
-        conn: Connection,
-        engine: QueueEngine,
-        job: Job,
-        message: str,
-        claimed_by: str | None = None,
-        guarded: bool = False,
+        self, conn: Connection, engine: QueueEngine, job: Job, message: str, fence: Fence
     ) -> int:
         """Record a job stopped on request as cancelled (no retry, no dead handler) and delete
-        its requests; returns the rows changed (0: not ours). ``guarded`` as for failures."""
-        changed = engine.cancel_running(
-            conn,
-            job,
-            message,
-            requested_at=job._cancel_requested_at,
-            attempt_increment=self.strategy.attempt_increment,
-            expected_status=self.strategy.claimed_status,
-            worker_id=self.worker_id,
-            claimed_by=claimed_by,
-            same_attempt=guarded,
-        )
+        its requests; returns the rows changed (0: not this claim's)."""
+        requested_at = job._cancel_requested_at
+        changed = engine.cancels.cancel_running(conn, job, fence, message, requested_at)
         if changed:
             self.cancel_requests.drop(conn, [job.id])
             log.warning(
@@ -430,27 +404,17 @@ class BatchExecutor(HandlerCalls):
         engine: QueueEngine,
         job: Job,
         message: str,
-        claimed_by: str | None = None,
-        guarded: bool = False,
+        fence: Fence,
         requested: Requested = BACKOFF,
     ) -> int:
-        """Record a failed attempt (retry or dead); returns the rows changed (0: not ours).
-        ``guarded``: only if the row is still at the attempt that ran (recording from outside
-        the batch transaction, after its end). ``requested``: what Discard or Retry asked for."""
-        failed, delay = self.policy.fail(
-            conn,
-            engine,
-            job,
-            message,
-            requested=requested,
-            attempt_increment=self.strategy.attempt_increment,
-            expected_status=self.strategy.claimed_status,
-            worker_id=self.worker_id,
-            claimed_by=claimed_by,
-            same_attempt=guarded,
-        )
+        """Record a failed attempt (retry or dead) as the retry policy decides; returns the
+        rows changed (0: not this claim's). ``requested``: what Discard or Retry asked for."""
+        failure = self.policy.failure(job, message, requested)
+        failed = engine.outcomes.fail(conn, job, fence, failure)
+        if failed.dead_letter_id is not None and self.on_dead_letter is not None:
+            self.on_dead_letter(failed.dead_letter_id)
         first_line = message.splitlines()[0] if message else ""
-        if delay is None:
+        if failure.retry_in is None:
             log.warning(
                 "job %s (%s) is dead after attempt %s/%s: %s%s",
                 job.id,
@@ -469,7 +433,7 @@ class BatchExecutor(HandlerCalls):
                 job.task,
                 job.attempt,
                 job.max_attempts,
-                delay,
+                failure.retry_in,
                 first_line,
             )
         return failed.changed

@@ -82,7 +82,7 @@ class Heartbeat:
             self._thread.join(10)
         try:
             with self.engine.begin() as conn:
-                self.context.queue_engine(conn).unregister_worker(conn, self.id)
+                self.context.queue_engine(conn).workers.unregister_worker(conn, self.id)
         except Exception as exc:  # it expires, and maintenance deletes it
             log.debug("could not delete the worker's row: %s", _line(exc))
 
@@ -97,7 +97,7 @@ class Heartbeat:
         values = self.snapshot()
         with self.engine.begin() as conn:
             engine = self.context.queue_engine(conn)
-            if engine.heartbeat_worker(conn, self.id, values, self.ttl):
+            if engine.workers.heartbeat_worker(conn, self.id, values, self.ttl):
                 return
         self._register()  # deleted as stale after a stall: back in the registry
 
@@ -121,8 +121,8 @@ class Heartbeat:
     def _register(self) -> None:
         with self.engine.begin() as conn:
             engine = self.context.queue_engine(conn)
-            engine.unregister_worker(conn, self.id)
-            engine.register_worker(conn, {**self.identity, **self.snapshot()}, self.ttl)
+            engine.workers.unregister_worker(conn, self.id)
+            engine.workers.register_worker(conn, {**self.identity, **self.snapshot()}, self.ttl)
 
     def _table(self) -> str:
         return self.context.names.workers

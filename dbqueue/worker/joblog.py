@@ -22,7 +22,7 @@ from dbqueue.engine.instruments import FinishedObserver
 from dbqueue.job import Job
 
 if TYPE_CHECKING:
-    from dbqueue.runtime.policy import RetryPolicy
+    from dbqueue.tasks.retry import RetryPolicy
 
 log = logging.getLogger("dbqueue.jobs")
 

@@ -47,14 +47,14 @@ def _ensure_slots(context: RuntimeContext, engine: Engine, queue: str, limit: in
     with engine.connect() as conn:
         reader = conn.execution_options(**{dialects.WRITE_INTENT: False})
         with reader.begin():
-            have = context.queue_engine(reader).slot_numbers(reader, queue)
+            have = context.queue_engine(reader).slots.slot_numbers(reader, queue)
     if set(range(limit)) <= have:
         return len(have)
     failures = 0
     while True:
         try:
             with engine.begin() as conn:
-                return context.queue_engine(conn).ensure_slots(conn, queue, limit)
+                return context.queue_engine(conn).slots.ensure_slots(conn, queue, limit)
         except sa.exc.IntegrityError:  # another worker created some of them meanwhile
             failures += 1
             if failures == 3:

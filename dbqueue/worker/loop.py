@@ -215,7 +215,7 @@ class ClaimLoop:
         if not self.notifier.pushes or idle < SHORT_SLEEP:
             return idle
         try:
-            due = self.context.queue_engine(conn).next_due_in(conn, self.queues)
+            due = self.context.queue_engine(conn).queries.next_due_in(conn, self.queues)
             conn.rollback()
         except Exception:  # only an optimisation: fall back to the poll interval
             log.debug("could not read the next due time", exc_info=True)
@@ -277,7 +277,7 @@ class ClaimLoop:
         if slots is None:
 
             def claim() -> list[Any]:
-                jobs = strategy.claim(conn, engine, queue, limit, worker_id)
+                jobs = strategy.claim(conn, engine.claims, queue, limit, worker_id)
                 if not jobs or not self.context.registry.has_batches:
                     return jobs
                 return gather(
@@ -316,7 +316,7 @@ class ClaimLoop:
         jobs as the slot allows. All slots taken: nothing, and the thread notes it so that its
         idle wait stays short (a slot frees without any push: a job ends, a holder dies)."""
         assert self.strategy is not None
-        jobs = self.strategy.claim_limited(conn, engine, queue, limit, worker_id, slots)
+        jobs = self.strategy.claim_limited(conn, engine.claims, queue, limit, worker_id, slots)
         if jobs is None:
             state.slots_full = True
             return []

@@ -118,22 +118,15 @@ class AbandonedThreads:
             try:
                 with self._engine.connect() as conn:
                     engine = self.context.queue_engine(conn)
-                    committed = not self.strategy.claims_in_transaction
+                    # The abandoned thread's claim, recorded by the watchdog's executor.
+                    fence = self.strategy.fence(worker_id).recorded_by(executor.worker_id)
                     with conn.begin():
                         changed = sum(
-                            record(
-                                conn,
-                                engine,
-                                member,
-                                message,
-                                claimed_by=worker_id if committed else None,
-                                guarded=True,
-                            )
-                            for member in group
+                            record(conn, engine, member, message, fence) for member in group
                         )
-                        if committed:
-                            engine.release_claims(conn, others, claimed_by=worker_id)
-                    self.strategy.release_abandoned(engine, slot.batch, slot.thread_id)
+                        if not self.strategy.claims_in_transaction:
+                            engine.claims.release_claims(conn, others, fence)
+                    self.strategy.release_abandoned(engine.claims, slot.batch, slot.thread_id)
                 break
             except Exception as exc:
                 if attempt == 4:

@@ -22,7 +22,7 @@ from support.backends import effect_rows
 from support.waiting import wait_for
 
 import dbqueue
-from dbqueue.engine.keys import Keys
+from dbqueue.engine.keys import KeyLines as Keys
 from dbqueue.errors import ConfigurationError
 
 pytestmark = pytest.mark.slow

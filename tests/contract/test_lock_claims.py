@@ -60,17 +60,17 @@ def test_a_claim_locks_exactly_the_jobs_it_returns(setup) -> None:
         # Another holder has two of the jobs the first claim would take: it takes the others.
         held = [job_lock_name(namespace, ids[2]), job_lock_name(namespace, ids[5])]
         assert strategy.locks.try_acquire(other, held) == [True, True]
-        first = strategy.claim(a, queue_engine, "default", 10, "test:a")
+        first = strategy.claim(a, queue_engine.claims, "default", 10, "test:a")
         strategy.locks.release(other, held)
-        second = strategy.claim(b, queue_engine, "default", 30, "test:b")
+        second = strategy.claim(b, queue_engine.claims, "default", 30, "test:b")
         got_first, got_second = {job.id for job in first}, {job.id for job in second}
         assert got_first and ids[2] not in got_first and ids[5] not in got_first
         assert not got_first & got_second
         # Every job is claimed by one or the other: no lock was left on a job neither returned.
         assert got_first | got_second == set(ids)
         assert _free(strategy, other, queue_engine, ids) == [False] * len(ids)
-        strategy.release(a, queue_engine, first)
-        strategy.release(b, queue_engine, second)
+        strategy.release(a, queue_engine.claims, first)
+        strategy.release(b, queue_engine.claims, second)
         assert _free(strategy, other, queue_engine, ids) == [True] * len(ids)
 
 
@@ -82,7 +82,7 @@ def test_a_batch_gives_up_every_lock_once_its_outcome_commits(setup) -> None:
         queue_engine = context.queue_engine(conn)
 
         def claim() -> list[Any]:
-            return strategy.claim(conn, queue_engine, "default", 10, "test:a")
+            return strategy.claim(conn, queue_engine.claims, "default", 10, "test:a")
 
         result = claim_and_run(executor, conn, queue_engine, claim, lambda: False)
         assert result is not None and result.succeeded == 10
@@ -132,7 +132,7 @@ def test_every_thread_window_claims_and_an_empty_window_falls_back(setup) -> Non
     with engine.connect() as conn, engine.connect() as other:
         queue_engine = context.queue_engine(conn)
         claims = [
-            strategy.claim(conn, queue_engine, "default", 10, f"test:{thread}")
+            strategy.claim(conn, queue_engine.claims, "default", 10, f"test:{thread}")
             for thread in range(4)
         ]
         # The third thread's window (jobs 20 to 29 of those still waiting) is past the end.
@@ -141,7 +141,7 @@ def test_every_thread_window_claims_and_an_empty_window_falls_back(setup) -> Non
         assert {job.id for job in got} == set(ids)
         assert all(job.status == "running" for job in got)
         assert _free(strategy, other, queue_engine, ids) == [False] * len(ids)
-        strategy.release(conn, queue_engine, got)
+        strategy.release(conn, queue_engine.claims, got)
         assert _free(strategy, other, queue_engine, ids) == [True] * len(ids)
 
 
@@ -194,7 +194,7 @@ def test_a_batch_outcome_commits_with_its_handlers_writes_and_alone_only_when_no
                 with engine.connect() as conn:
                     queue_engine = context.queue_engine(conn)
                     claim = functools.partial(
-                        strategy.claim, conn, queue_engine, "default", 10, "test:a"
+                        strategy.claim, conn, queue_engine.claims, "default", 10, "test:a"
                     )
                     claim_and_run(executor, conn, queue_engine, claim, lambda: False)
                     assert not conn.in_transaction()

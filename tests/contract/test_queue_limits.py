@@ -162,7 +162,7 @@ def slot_rows(backend) -> list[dict]:
     engine = backend.engine()
     try:
         with engine.connect() as conn:
-            return backend.app().queue_engine(conn).slot_rows(conn)
+            return backend.app().queue_engine(conn).slots.slot_rows(conn)
     finally:
         engine.dispose()
 

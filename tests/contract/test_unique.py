@@ -24,7 +24,7 @@ from support.cli_runner import invoke
 from support.waiting import wait_for
 
 import dbqueue
-from dbqueue.engine.unique import UniqueRelease
+from dbqueue.engine.unique import UniqueKeys as UniqueRelease
 
 pytestmark = pytest.mark.slow
 

@@ -28,7 +28,7 @@ def sa_dialect(module, version, mariadb=False):
 
 def claim_sql(dialect_cls, sa_dialect_obj, strategy):
     engine = QueueEngine(tables_for(TableNames.resolve()), dialect_cls(sa_dialect_obj))
-    stmt = engine.runnable("default", 10)
+    stmt = engine.claims.runnable("default", 10)
     if strategy == "skip_locked":
         stmt = stmt.with_for_update(skip_locked=True)
     return str(stmt.compile(dialect=sa_dialect_obj)).upper()

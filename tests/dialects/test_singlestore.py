@@ -132,7 +132,7 @@ def test_a_stand_in_server_gets_plain_create_table():
 def test_the_claim_reads_in_priority_run_at_created_order_without_locking_clauses():
     dialect = singlestore()
     engine = QueueEngine(tables_for(NAMES), dialect)
-    sql = compiled(engine.runnable("default", 10), dialect)
+    sql = compiled(engine.claims.runnable("default", 10), dialect)
     order = re.search(r"ORDER BY (.*?) LIMIT", sql, re.S).group(1)
     assert [c.strip() for c in order.split(",")] == [
         f"{NAMES.jobs}.priority",

@@ -102,7 +102,7 @@ def test_claims_list_once_for_a_run_of_claims(claiming: Any) -> None:
     app, strategy, conn, listings = claiming
     ids = [app.enqueue(None, "t", {"i": i}) for i in range(50)]
     queue_engine = app.context.queue_engine(conn)
-    claimed = [strategy.claim(conn, queue_engine, "default", 10, "w1") for _ in range(5)]
+    claimed = [strategy.claim(conn, queue_engine.claims, "default", 10, "w1") for _ in range(5)]
     assert [[job.id for job in jobs] for jobs in claimed] == [
         ids[i : i + 10] for i in range(0, 50, 10)
     ]
@@ -115,7 +115,9 @@ def test_a_stale_list_is_dropped_and_the_claim_still_takes_waiting_jobs(claiming
     app, strategy, conn, listings = claiming
     ids = [app.enqueue(None, "t", {"i": i}) for i in range(40)]
     queue_engine = app.context.queue_engine(conn)
-    assert [job.id for job in strategy.claim(conn, queue_engine, "default", 10, "w1")] == ids[:10]
+    assert [
+        job.id for job in strategy.claim(conn, queue_engine.claims, "default", 10, "w1")
+    ] == ids[:10]
     jobs = app.names.jobs
     with app.engine.begin() as other:  # another worker finished the next twenty meanwhile
         other.execute(
@@ -125,7 +127,7 @@ def test_a_stale_list_is_dropped_and_the_claim_still_takes_waiting_jobs(claiming
     takes: list[list[int]] = []
     take = strategy.listed.take
     strategy.listed.take = lambda *args: takes.append(take(*args)) or takes[-1]
-    second = strategy.claim(conn, queue_engine, "default", 10, "w1")
+    second = strategy.claim(conn, queue_engine.claims, "default", 10, "w1")
     assert [job.id for job in second] == ids[30:40]
     # Its first try met the stale ids; the list was dropped, and listed afresh at once.
     assert takes == [ids[10:20], ids[30:40]]
