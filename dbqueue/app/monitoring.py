@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dbqueue.app.targets import target_or_engine
 from dbqueue.engine import QueueStats
 from dbqueue.job import Status
+from dbqueue.runtime.targets import Target, connection_for
+
+if TYPE_CHECKING:
+    from dbqueue.runtime.context import RuntimeContext
 
 #: The keys of ``QueueSummary.by_status``, in the order the CLI prints them: "available" is
 #: runnable now, "scheduled" waits for its run_at (both are the ``available`` status),
@@ -142,3 +147,40 @@ def stats_report(summaries: list[QueueSummary]) -> dict[str, Any]:
         "counts": totals,
     }
     return {"total": total, "by_queue": by_queue}
+
+
+class Monitoring:
+    """The queues' statistics and the registry of live workers, as the CLI and dashboard show
+    them."""
+
+    def __init__(self, context: RuntimeContext) -> None:
+        self.context = context
+
+    def stats(self, target: Target | None = None) -> list[QueueSummary]:
+        """Per queue: ``counts`` (the statuses its rows hold), ``by_status`` (every status,
+        zeros included; scheduled apart from available; ``running`` includes the jobs live
+        workers report running, under every strategy), the oldest runnable job's age."""
+        with connection_for(target_or_engine(self.context, target)) as conn:
+            engine = self.context.queue_engine(conn)
+            found = engine.queries.stats(conn)[0]
+            with self.context.workers_connection(conn) as registry:
+                infos = worker_infos(self.context.queue_engine(registry), registry)
+            return with_running(engine, conn, found, infos)
+
+    def workers(
+        self, *, include_gone: bool = False, target: Target | None = None
+    ) -> list[WorkerInfo]:
+        """The worker processes in the registry of live workers, oldest first; with
+        ``include_gone`` also those whose heartbeat expired (``alive`` False) that maintenance
+        has not deleted yet."""
+        with (
+            connection_for(target_or_engine(self.context, target)) as conn,
+            self.context.workers_connection(conn) as registry,
+        ):
+            return worker_infos(self.context.queue_engine(registry), registry, include_gone)
+
+    def stats_report(self, target: Target | None = None) -> dict[str, Any]:
+        """What ``/api/v1/stats`` and ``dbqueue stats --json`` return, in Lowkiq's shape:
+        ``{"total": {...}, "by_queue": {queue: {...}}}``, each with ``length`` (waiting jobs),
+        ``morgue_length`` (dead jobs), ``lag`` (seconds) and ``counts`` (every status)."""
+        return stats_report(self.stats(target))
