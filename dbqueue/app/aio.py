@@ -14,16 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, scoped_session
-from typing_extensions import Unpack
 
 from dbqueue import dialects
 from dbqueue.app.writes import ClientWrites, Write, Written
 from dbqueue.errors import ConfigurationError
-from dbqueue.runtime.enqueue import EnqueueOptions
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+    from dbqueue.app.eager import AfterCommit
     from dbqueue.runtime.context import RuntimeContext
 
 #: What the async calls write through: an AsyncSession (or an async_scoped_session), an
@@ -78,49 +77,44 @@ def _wrong_target(call: str, target: Any) -> str:
     )
 
 
-class AsyncClient(ClientWrites):
+class AsyncWrites:
     """The async job-creating calls: the sync calls' Writes, awaited."""
 
+    def __init__(
+        self, context: RuntimeContext, writes: ClientWrites, after_commit: AfterCommit
+    ) -> None:
+        self.context = context
+        self._writes = writes
+        self._after_commit = after_commit
+
     async def aenqueue(
-        self,
-        target: AsyncTarget,
-        task: str,
-        payload: Any = None,
-        **options: Unpack[EnqueueOptions],
+        self, target: AsyncTarget, task: str, payload: Any, options: Mapping[str, Any]
     ) -> int:
         """``enqueue`` for asyncio: insert one job in ``target``'s transaction (an
         AsyncSession or AsyncConnection: the job commits or rolls back with the caller's work;
         None: dbqueue commits at once) and return its id."""
-        write = self._enqueue_write("aenqueue", task, payload, options)
+        write = self._writes.enqueue_write("aenqueue", task, payload, options)
         return await self._awrite("aenqueue", target, write)
 
     async def aenqueue_many(
         self, target: AsyncTarget, jobs: Iterable[Mapping[str, Any]]
     ) -> list[int]:
         """``enqueue_many`` for asyncio: many jobs in few statements, all validated first."""
-        write = self._enqueue_many_write("aenqueue_many", jobs)
+        write = self._writes.enqueue_many_write("aenqueue_many", jobs)
         return await self._awrite("aenqueue_many", target, write)
 
     async def apublish(
-        self,
-        target: AsyncTarget,
-        topic: str,
-        payload: Any = None,
-        **options: Unpack[EnqueueOptions],
+        self, target: AsyncTarget, topic: str, payload: Any, options: Mapping[str, Any]
     ) -> int:
         """``publish`` for asyncio; returns the publication id."""
-        write = self._publish_write("apublish", topic, payload, options, False)
+        write = self._writes.publish_write("apublish", topic, payload, options, False)
         return await self._awrite("apublish", target, write)
 
     async def apublish_webhook(
-        self,
-        target: AsyncTarget,
-        topic: str,
-        payload: Any = None,
-        **options: Unpack[EnqueueOptions],
+        self, target: AsyncTarget, topic: str, payload: Any, options: Mapping[str, Any]
     ) -> int:
         """``publish_webhook`` for asyncio."""
-        write = self._publish_write("apublish_webhook", topic, payload, options, True)
+        write = self._writes.publish_write("apublish_webhook", topic, payload, options, True)
         return await self._awrite("apublish_webhook", target, write)
 
     async def adispose(self) -> None:
@@ -137,12 +131,12 @@ class AsyncClient(ClientWrites):
         if target is None and not self.context.has_async_driver:
             # No asyncio driver for this database (SingleStore): dbqueue's own short
             # transaction runs the sync path on a thread, so the event loop is not blocked.
-            return await asyncio.to_thread(self._write, None, write)
+            return await asyncio.to_thread(self._writes.execute, None, write)
         async with async_connection_for(self.context, call, target, write.reads_first) as (
             conn,
             committed_by,
         ):
             done: Written = await conn.run_sync(write.run)
         if done.queues:
-            self._enqueued(committed_by, done.queues, done.ids)
+            self._after_commit.enqueued(committed_by, done.queues, done.ids)
         return done.value

@@ -1,5 +1,5 @@
-"""``app.result`` and ``app.call`` (a part of the App facade): a job's stored result, and a
-synchronous call that enqueues a job in a transaction of its own and waits for its result.
+"""``app.result`` and ``app.call``: a job's stored result, and a synchronous call that enqueues
+a job in a transaction of its own and waits for its result.
 
 A waiting caller reads the job's row by primary key, and between reads waits for a push that
 the job finished: PostgreSQL's NOTIFY (one LISTEN connection per App, shared by every caller
@@ -13,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
 from dbqueue import dialects
+from dbqueue.app.targets import target_or_engine
 from dbqueue.base import results
 from dbqueue.errors import (
     CallFromHandlerError,
@@ -33,6 +34,7 @@ from dbqueue.runtime.enqueue import EnqueueOptions, check_option_names, job_for_
 from dbqueue.runtime.targets import Target, connection_for
 
 if TYPE_CHECKING:
+    from dbqueue.app.eager import AfterCommit
     from dbqueue.base.wakeup import Notifier
     from dbqueue.lockserver.client import LockServerClient
     from dbqueue.runtime.commit_wake import CommitWaker
@@ -168,14 +170,15 @@ class FinishWaiters:
 
 
 class ResultCalls:
-    """``result`` and ``call``; the App provides ``context``, ``_waker``, ``_target`` and
-    ``_enqueued`` (eager mode's hook: in eager mode a call runs its job at once)."""
+    """``result`` and ``call``. ``waiters`` tells them when a job may have finished;
+    ``after_commit`` follows a call's job as any enqueue's (in eager mode it runs at once)."""
 
-    context: RuntimeContext
-    _waker: CommitWaker
-    _target: Callable[[Target | None], Target]
-    _enqueued: Callable[[Target | None, Sequence[str], Sequence[int]], None]
-    _waiters_lock = threading.Lock()
+    def __init__(
+        self, context: RuntimeContext, waiters: FinishWaiters, after_commit: AfterCommit
+    ) -> None:
+        self.context = context
+        self._waiters = waiters
+        self._after_commit = after_commit
 
     def result(
         self, job_id: int, timeout: float | None = None, target: Target | None = None
@@ -191,9 +194,10 @@ class ResultCalls:
         """
         timeout = _check_timeout(timeout)
         deadline = time.monotonic() + (timeout or 0.0)
-        waiting = self._finish_waiters.watch(job_id) if timeout else _not_waiting()
+        waiting = self._waiters.watch(job_id) if timeout else _not_waiting()
+        where = target_or_engine(self.context, target)
         with waiting as watch:
-            return self._wait(job_id, timeout, deadline, watch, self._target(target))
+            return self._wait(job_id, timeout, deadline, watch, where)
 
     def call(
         self,
@@ -224,21 +228,11 @@ class ResultCalls:
         with contextlib.ExitStack() as stack:
             with connection_for(engine) as conn:
                 job_id = self.context.queue_engine(conn).inserts.insert(conn, job)
-                watch = stack.enter_context(self._finish_waiters.watch(job_id))
-            self._enqueued(None, [job.queue], [job_id])  # wakes workers, or runs it (eager)
+                watch = stack.enter_context(self._waiters.watch(job_id))
+            # Wakes the workers, or runs the job here in eager mode.
+            self._after_commit.enqueued(None, [job.queue], [job_id])
             return self._wait(job_id, timeout, deadline, watch, engine)
         raise AssertionError("unreachable")  # pragma: no cover - for type checkers
-
-    @property
-    def _finish_waiters(self) -> FinishWaiters:
-        found: FinishWaiters | None = self.__dict__.get("_dbqueue_finish_waiters")
-        if found is None or found.context is not self.context:
-            with self._waiters_lock:
-                found = self.__dict__.get("_dbqueue_finish_waiters")
-                if found is None or found.context is not self.context:
-                    found = FinishWaiters(self.context, self._waker)
-                    self.__dict__["_dbqueue_finish_waiters"] = found
-        return found
 
     def _wait(
         self,

@@ -1,11 +1,12 @@
-"""``app.cancel`` and ``app.cancel_publication``: the App's cancellation calls (a mixin of
-``App``; the steps are in ``dbqueue.runtime.cancellation``)."""
+"""``app.cancel`` and ``app.cancel_publication``: the App's cancellation calls (the steps are in
+``dbqueue.runtime.cancellation``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from dbqueue.app.targets import target_or_engine
 from dbqueue.runtime import cancellation
 from dbqueue.runtime.targets import Target, connection_for, write_target
 
@@ -13,11 +14,11 @@ if TYPE_CHECKING:
     from dbqueue.runtime.context import RuntimeContext
 
 
-class CancelAPI:
-    """Cancellation calls of ``App`` (a mixin: ``context`` and ``_target`` are the App's)."""
+class Cancellation:
+    """Cancels jobs, by id or by publication."""
 
-    context: RuntimeContext
-    _target: Callable[[Target | None], Target]
+    def __init__(self, context: RuntimeContext) -> None:
+        self.context = context
 
     def cancel(self, ids: int | Iterable[int], target: Target | None = None) -> dict[int, str]:
         """Cancel jobs; returns job id → ``"cancelled"``, ``"cancel requested"``,
@@ -37,7 +38,7 @@ class CancelAPI:
         if call.store.separate:
             call.post_early(self.context.engine)
         try:
-            with connection_for(write_target(self._target(target))) as conn:
+            with connection_for(write_target(target_or_engine(self.context, target))) as conn:
                 report = call.run(conn)
         except BaseException:
             call.withdraw()
@@ -52,6 +53,6 @@ class CancelAPI:
         ``cancel`` does; returns the same report for each (empty: no such publication, or it
         reached no subscription)."""
         (publication_id,) = cancellation.job_ids(publication_id)
-        with connection_for(self._target(target)) as conn:
+        with connection_for(target_or_engine(self.context, target)) as conn:
             ids = self.context.queue_engine(conn).queries.publication_jobs(conn, publication_id)
         return self.cancel(ids, target) if ids else {}

@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from dbqueue.runtime.commit_wake import CommitWaker
     from dbqueue.runtime.context import RuntimeContext
 
-_LOCK = threading.Lock()
-
 
 def check_flag(name: str, value: Any) -> bool | None:
     """An on/off option: True, False or None (unset)."""
@@ -43,32 +41,34 @@ def check_flag(name: str, value: Any) -> bool | None:
     return value
 
 
-class EagerMode:
-    """The App's eager mode (a part of the facade): after an enqueue, wake the workers — or,
-    eager, run the jobs once their transaction commits."""
+class AfterCommit:
+    """What follows the jobs an enqueue wrote, once its transaction commits: the workers are
+    woken (here and through the lock server) and, in eager mode, the jobs run in this process."""
 
-    context: RuntimeContext
-    _waker: CommitWaker
+    def __init__(self, context: RuntimeContext, waker: CommitWaker) -> None:
+        self.context = context
+        self._waker = waker
+        self._lock = threading.Lock()
+        self._eager_hook: EagerHook | None = None
 
     @property
     def eager(self) -> bool:
         """Whether jobs run in this process when their enqueue commits (eager mode)."""
         return self.context.settings.eager
 
-    def _enqueued(self, target: Target | None, queues: Sequence[str], ids: Sequence[int]) -> None:
+    def enqueued(self, target: Target | None, queues: Sequence[str], ids: Sequence[int]) -> None:
         """Jobs were just written through ``target``: once that commits, wake the workers (and
         the lock server) for ``queues``; in eager mode, run the jobs."""
         self._waker.after_commit(target, queues)
         if ids and self.context.settings.eager:
-            self._eager_hook().after_commit(target, ids)
+            self._hook().after_commit(target, ids)
 
-    def _eager_hook(self) -> EagerHook:
-        with _LOCK:
-            hook: EagerHook | None = self.__dict__.get("_eager_hook_state")
-            if hook is None or hook.context is not self.context:
-                hook = EagerHook(self.context, EagerRunner(self.context))
-                self.__dict__["_eager_hook_state"] = hook
-            return hook
+    def _hook(self) -> EagerHook:
+        """Built on the first eager enqueue: an App that never runs jobs here needs no runner."""
+        with self._lock:
+            if self._eager_hook is None:
+                self._eager_hook = EagerHook(self.context, EagerRunner(self.context))
+            return self._eager_hook
 
 
 @dataclass

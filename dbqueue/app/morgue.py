@@ -1,11 +1,12 @@
 """The morgue (Lowkiq's name for the dead jobs): list, requeue and delete them, one by one or
-by filter (a mixin of ``App``; the statements are in ``dbqueue.engine.queries``)."""
+by filter (the statements are in ``dbqueue.engine.queries``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from dbqueue.app.targets import target_or_engine
 from dbqueue.errors import ConfigurationError
 from dbqueue.runtime.targets import Target, connection_for, write_target
 
@@ -34,11 +35,11 @@ def _ids(ids: Sequence[int], call: str) -> list[int]:
     return values
 
 
-class MorgueAPI:
-    """Dead-job calls of ``App`` (a mixin: ``context`` and ``_target`` are the App's)."""
+class Morgue:
+    """Lists, requeues and deletes dead jobs."""
 
-    context: RuntimeContext
-    _target: Callable[[Target | None], Target]
+    def __init__(self, context: RuntimeContext) -> None:
+        self.context = context
 
     def dead_jobs(
         self,
@@ -53,7 +54,7 @@ class MorgueAPI:
         ``limit``: ``order_by="finished_at"`` lists the newest death first, ``"id"`` the
         oldest job first."""
         check_order(order_by)
-        with connection_for(self._target(target)) as conn:
+        with connection_for(target_or_engine(self.context, target)) as conn:
             return self.context.queue_engine(conn).morgue.dead_jobs(
                 conn, queue, limit, task=task, order_by=order_by
             )
@@ -97,7 +98,7 @@ class MorgueAPI:
                 "filter acts on every dead job it matches)"
             )
         chosen = None if ids is None else _ids(ids, action)
-        with connection_for(write_target(self._target(target))) as conn:
+        with connection_for(write_target(target_or_engine(self.context, target))) as conn:
             engine = self.context.queue_engine(conn)
             if chosen is None:
                 chosen = engine.morgue.dead_ids(conn, queue, task)

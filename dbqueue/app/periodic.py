@@ -1,16 +1,15 @@
-"""Periodic jobs on an App: ``@app.periodic`` / ``app.schedule`` (a part of the facade), and a
-check made by hand (``app.enqueue_periodic``); the workers' check is ``runtime/periodic.py``."""
+"""Periodic jobs on an App: ``@app.periodic`` / ``app.schedule``, and a check made by hand
+(``app.enqueue_periodic``); the workers' check is ``runtime/periodic.py``."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from sqlalchemy.engine import Engine
-from typing_extensions import Unpack
 
 from dbqueue.base import payload as payload_codec
 from dbqueue.base.identifiers import check_task_name
@@ -31,8 +30,8 @@ from dbqueue.tasks.schedules import (
 )
 
 if TYPE_CHECKING:
+    from dbqueue.app.eager import AfterCommit
     from dbqueue.runtime.context import RuntimeContext
-    from dbqueue.runtime.targets import Target
 
 log = logging.getLogger("dbqueue.periodic")
 
@@ -52,28 +51,23 @@ class ScheduleOptions(TypedDict, total=False):
     business_group: str | None
 
 
-class PeriodicRegistration:
+class PeriodicSchedules:
     """``@app.periodic`` and ``app.schedule``; the schedules land in the registry's schedule
-    book, which the workers read."""
+    book, which the workers read. ``after_commit`` follows a tick's job as any enqueue's."""
 
-    context: RuntimeContext
-
-    if TYPE_CHECKING:  # the App's (EagerMode): wake the workers, or run the jobs in eager mode
-
-        def _enqueued(
-            self, target: Target | None, queues: Sequence[str], ids: Sequence[int]
-        ) -> None: ...
+    def __init__(self, context: RuntimeContext, after_commit: AfterCommit) -> None:
+        self.context = context
+        self._after_commit = after_commit
 
     def periodic(
         self,
-        cron: str | None = None,
-        *,
-        name: str | None = None,
-        every: float | dt.timedelta | None = None,
-        payload: Any = None,
-        tz: str | dt.tzinfo | None = None,
-        catch_up: str = "none",
-        **options: Unpack[ScheduleOptions],
+        cron: str | None,
+        name: str | None,
+        every: float | dt.timedelta | None,
+        payload: Any,
+        tz: str | dt.tzinfo | None,
+        catch_up: str,
+        options: Mapping[str, Any],
     ) -> Callable[[H], H]:
         """Enqueue the decorated task on a schedule: ``cron`` (5 fields, or 6 with leading
         seconds, read in ``tz``, default UTC) or ``every`` seconds. Stack it on ``@app.task``,
@@ -107,15 +101,14 @@ class PeriodicRegistration:
 
     def schedule(
         self,
-        cron: str | None = None,
-        *,
+        cron: str | None,
         task: str,
-        name: str | None = None,
-        every: float | dt.timedelta | None = None,
-        payload: Any = None,
-        tz: str | dt.tzinfo | None = None,
-        catch_up: str = "none",
-        **options: Unpack[ScheduleOptions],
+        name: str | None,
+        every: float | dt.timedelta | None,
+        payload: Any,
+        tz: str | dt.tzinfo | None,
+        catch_up: str,
+        options: Mapping[str, Any],
     ) -> Schedule:
         """Enqueue ``task`` (registered here, in another module, or only in other workers) on
         a schedule; the arguments are ``periodic``'s. Returns the schedule."""
@@ -144,7 +137,7 @@ class PeriodicRegistration:
             engine,
             self.schedules(),
             when,
-            lambda queue, job_id: self._enqueued(None, [queue], [job_id]),
+            lambda queue, job_id: self._after_commit.enqueued(None, [queue], [job_id]),
         )
 
     def periodic_status(self) -> list[dict[str, Any]]:

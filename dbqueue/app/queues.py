@@ -1,4 +1,4 @@
-"""Declaring queues on an App: ``app.queue(name, concurrency=N)`` (a part of the facade).
+"""Declaring queues on an App: ``app.queue(name, concurrency=N)``.
 
 A limit lands in the registry the runtime context shares with every App ``reconfigured`` from
 this one, so workers built from the App (``app.run_worker``, ``dbqueue worker --app``) enforce it.
@@ -15,8 +15,11 @@ if TYPE_CHECKING:
     from dbqueue.runtime.context import RuntimeContext
 
 
-class QueueConfiguration:
-    context: RuntimeContext
+class QueueDeclarations:
+    """The queues declared with a concurrency limit."""
+
+    def __init__(self, context: RuntimeContext) -> None:
+        self.context = context
 
     def queue(self, name: str, *, concurrency: int | None = None) -> str:
         """Declare queue ``name``; returns the name (for ``@app.task(queue=...)``).

@@ -1,4 +1,5 @@
-"""Registering handlers on an App: tasks, dead handlers, subscribers (a part of the facade)."""
+"""Registering handlers on an App: tasks, dead handlers, subscribers, middlewares and the
+workers' hooks."""
 
 from __future__ import annotations
 
@@ -91,7 +92,8 @@ class HandlerRegistration:
     """The decorators of ``App``; the handlers land in the runtime context's registry, which
     the workers read."""
 
-    context: RuntimeContext
+    def __init__(self, context: RuntimeContext) -> None:
+        self.context = context
 
     def task(
         self,

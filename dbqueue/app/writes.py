@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Connection, Engine
 
 from dbqueue.app import publishing
+from dbqueue.app.targets import target_or_engine
 from dbqueue.engine import ALWAYS
 from dbqueue.errors import ConfigurationError
 from dbqueue.runtime.enqueue import (
@@ -27,6 +28,7 @@ from dbqueue.runtime.enqueue import (
 from dbqueue.runtime.targets import Target, connection_for, write_target
 
 if TYPE_CHECKING:
+    from dbqueue.app.eager import AfterCommit
     from dbqueue.runtime.context import RuntimeContext
 
 
@@ -65,15 +67,58 @@ _NO_OPTIONS: Mapping[str, Any] = {}
 
 
 class ClientWrites:
-    """Builds the Writes of the job-creating calls and runs them synchronously; the App
-    provides ``context``, ``_target``, ``_enqueued`` and ``eager``."""
+    """The job-creating calls: each builds its Write (the async calls await the same ones) and
+    runs it; ``after_commit`` wakes the workers, or runs the jobs in eager mode."""
 
-    context: RuntimeContext
-    _target: Callable[[Target | None], Target]
-    _enqueued: Callable[[Target | None, Sequence[str], Sequence[int]], None]
-    eager: bool
+    def __init__(self, context: RuntimeContext, after_commit: AfterCommit) -> None:
+        self.context = context
+        self._after_commit = after_commit
 
-    def _enqueue_write(
+    def enqueue(
+        self, target: Target | None, task: str, payload: Any, options: Mapping[str, Any]
+    ) -> int:
+        """Insert one job in ``target``'s transaction and return its id.
+
+        ``target`` is an ORM Session or a Connection (the job commits or rolls back with the
+        caller's work) or an Engine/None (dbqueue commits at once). Lower priority runs first.
+        The options (``EnqueueOptions``): queue, priority, delay, run_at, max_attempts,
+        external_key, origin, destination, tenant, business_group, unique_key, on_conflict.
+        With a ``unique_key`` the id returned is that of the job carrying this enqueue, which
+        may be one enqueued before (see the README's "Unique jobs").
+        """
+        return self.execute(target, self.enqueue_write("enqueue", task, payload, options))
+
+    def enqueue_many(self, target: Target | None, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Insert many jobs with multi-row statements (see the README); each item is a dict of
+        ``enqueue``'s arguments (``task`` required, ``payload`` and the options optional). All
+        are validated first."""
+        return self.execute(target, self.enqueue_many_write("enqueue_many", jobs))
+
+    def publish(
+        self, target: Target | None, topic: str, payload: Any, options: Mapping[str, Any]
+    ) -> int:
+        """Publish ``payload`` on ``topic`` in ``target``'s transaction; return the
+        publication id.
+
+        Every active subscription of the topic whose tenant and business group filters match
+        (a filter left empty matches everything) gets its own job — a delivery with its own
+        status, attempts and retries. The publication itself is recorded as a finished row
+        (id = the publication id) whose message lists the subscriptions reached, or says that
+        none matched. ``queue``, ``priority`` and ``max_attempts`` apply to every delivery,
+        else each subscriber's registered options, else the App's defaults.
+        """
+        write = self.publish_write("publish", topic, payload, options, webhooks_only=False)
+        return self.execute(target, write)
+
+    def publish_webhook(
+        self, target: Target | None, topic: str, payload: Any, options: Mapping[str, Any]
+    ) -> int:
+        """Like ``publish``, but only subscriptions with a webhook url receive it (the seed's
+        ``insert_task_webhook``)."""
+        write = self.publish_write("publish_webhook", topic, payload, options, webhooks_only=True)
+        return self.execute(target, write)
+
+    def enqueue_write(
         self, call: str, task: str, payload: Any, options: Mapping[str, Any]
     ) -> Write:
         check_option_names(call, options)
@@ -88,7 +133,7 @@ class ClientWrites:
         unique = job.unique_key is not None
         return Write(run, reads_first=unique, one_statement=not unique and job.key is None)
 
-    def _enqueue_many_write(self, call: str, jobs: Iterable[Mapping[str, Any]]) -> Write:
+    def enqueue_many_write(self, call: str, jobs: Iterable[Mapping[str, Any]]) -> Write:
         """All items are validated before anything touches the database."""
         items = jobs if isinstance(jobs, list) else list(jobs)
         flat = plain_rows(self.context, items)
@@ -110,7 +155,7 @@ class ClientWrites:
             built.append(job_for_task(self.context, task, payload, options))
         if not built:
             return Write(_nothing)
-        need_ids = self.eager
+        need_ids = self._after_commit.eager
         unique = any(job.unique_key is not None for job in built)
 
         def run(conn: Connection) -> Written:
@@ -124,7 +169,7 @@ class ClientWrites:
         return Write(run, reads_first=unique)
 
     def _plain_many_write(self, flat: list[Any]) -> Write:
-        need_ids = self.eager
+        need_ids = self._after_commit.eager
 
         def run(conn: Connection) -> Written:
             ids = self.context.queue_engine(conn).inserts.insert_plain(
@@ -134,7 +179,7 @@ class ClientWrites:
 
         return Write(run)
 
-    def _publish_write(
+    def publish_write(
         self,
         call: str,
         topic: str,
@@ -145,7 +190,7 @@ class ClientWrites:
         check_option_names(call, options)
         check_no_unique(call, options)
         publication = publishing.prepare(self.context, topic, payload, options, webhooks_only)
-        need_ids = self.eager
+        need_ids = self._after_commit.eager
 
         def run(conn: Connection) -> Written:
             publication_id, queues, ids = publishing.publish(
@@ -155,12 +200,12 @@ class ClientWrites:
 
         return Write(run, reads_first=True)
 
-    def _write(self, target: Target | None, write: Write) -> Any:
+    def execute(self, target: Target | None, write: Write) -> Any:
         """Run ``write`` in ``target``'s transaction (or a short one of dbqueue's own); once
         that commits, wake the workers (or, eager, run the jobs)."""
         if write.is_empty:
             return []
-        where = self._target(target)
+        where = target_or_engine(self.context, target)
         if type(where) is Connection:  # the caller's transaction as it is: no context manager
             done = write.run(where)
         elif write.one_statement and type(where) is Engine:
@@ -172,5 +217,5 @@ class ClientWrites:
             with connection_for(write_target(where) if write.reads_first else where) as conn:
                 done = write.run(conn)
         if done.queues:
-            self._enqueued(target, done.queues, done.ids)
+            self._after_commit.enqueued(target, done.queues, done.ids)
         return done.value
