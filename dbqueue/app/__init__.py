@@ -1,6 +1,7 @@
-"""The App facade (``dbqueue.App``) and the parts it delegates to: registration, the calls that
-create jobs (sync and async), results and calls, cancellation, eager mode, the morgue, periodic
-schedules, queue declarations and monitoring. Internal except for ``App``, which ``dbqueue``
+"""The App facade (``dbqueue.App``) and the parts it delegates to: registration, queue
+declarations, periodic schedules, the calls that create jobs (sync and async) and what follows
+their commit (wake-ups, eager mode), results and calls, cancellation, subscriptions, job
+lookups, the morgue, monitoring and maintenance. Internal except for ``App``, which ``dbqueue``
 exports."""
 
 from dbqueue.app.facade import App

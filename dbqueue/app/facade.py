@@ -18,10 +18,10 @@ from dbqueue.app.aio import AsyncTarget, AsyncWrites
 from dbqueue.app.calls import FinishWaiters, ResultCalls
 from dbqueue.app.cancel import Cancellation
 from dbqueue.app.eager import AfterCommit, check_flag
-from dbqueue.app.housekeeping import Housekeeping
 from dbqueue.app.jobs import UNFILTERED, JobLookup
+from dbqueue.app.maintenance import MaintenanceCalls
 from dbqueue.app.monitoring import Monitoring, QueueSummary, WorkerInfo
-from dbqueue.app.morgue import Morgue
+from dbqueue.app.morgue import MorgueCalls
 from dbqueue.app.periodic import PeriodicSchedules, ScheduleOptions
 from dbqueue.app.queues import QueueDeclarations
 from dbqueue.app.registration import H, HandlerOptions, HandlerRegistration, M
@@ -124,9 +124,9 @@ class App:
         self._cancellation = Cancellation(context)
         self._subscriptions = SubscriptionCalls(context)
         self._jobs = JobLookup(context)
-        self._morgue = Morgue(context)
+        self._morgue = MorgueCalls(context)
         self._monitoring = Monitoring(context)
-        self._housekeeping = Housekeeping(context)
+        self._maintenance = MaintenanceCalls(context)
 
     def reconfigured(self, **overrides: Any) -> App:
         """A copy of this App with these settings changed (None: unchanged): the same
@@ -423,15 +423,15 @@ class App:
 
     def run_maintenance(self, routine: str, *, strategy: str | None = None) -> str:
         """Run one maintenance routine now (``purge``, ``rescue`` or ``renotify``)."""
-        return self._housekeeping.run_maintenance(routine, strategy=strategy)
+        return self._maintenance.run_maintenance(routine, strategy=strategy)
 
     def maintenance_status(self, target: Target | None = None) -> list[dict[str, Any]]:
         """One row per routine: last tick, who ran it, when, how many runs, the result."""
-        return self._housekeeping.maintenance_status(target)
+        return self._maintenance.maintenance_status(target)
 
     def migrate(self, revision: str = "head") -> None:
         """Create or upgrade the queue tables (the same migrations as ``dbqueue migrate``)."""
-        self._housekeeping.migrate(revision)
+        self._maintenance.migrate(revision)
 
     # ---- workers ------------------------------------------------------------------------------
     def worker(self, **options: Any) -> Worker:

@@ -35,7 +35,7 @@ def _ids(ids: Sequence[int], call: str) -> list[int]:
     return values
 
 
-class Morgue:
+class MorgueCalls:
     """Lists, requeues and deletes dead jobs."""
 
     def __init__(self, context: RuntimeContext) -> None:

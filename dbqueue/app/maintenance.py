@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from dbqueue.runtime.context import RuntimeContext
 
 
-class Housekeeping:
+class MaintenanceCalls:
     """Creates and upgrades the tables; runs and reports the maintenance routines."""
 
     def __init__(self, context: RuntimeContext) -> None:
