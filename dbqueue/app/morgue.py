@@ -102,4 +102,4 @@ class MorgueCalls:
             engine = self.context.queue_engine(conn)
             if chosen is None:
                 chosen = engine.morgue.dead_ids(conn, queue, task)
-            return getattr(engine, action)(conn, chosen) if chosen else []
+            return getattr(engine.morgue, action)(conn, chosen) if chosen else []
