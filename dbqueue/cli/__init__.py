@@ -1,5 +1,4 @@
-"""The ``dbqueue`` command line (``main``; the group in ``main.py``, each command group in a module
-of its own, the options they share in ``options.py``) and its log formats."""
+"""The ``dbqueue`` command line (``main``), a module per command group, and its log formats."""
 
 from dbqueue.cli.main import main
 
