@@ -1,4 +1,4 @@
-"""The ``dbqueue`` command line (``main``) and its log formats."""
+"""The ``dbqueue`` command line (``main``), a module per command group, and its log formats."""
 
 from dbqueue.cli.main import main
 

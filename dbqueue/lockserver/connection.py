@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from dbqueue.lockserver import protocol
+from dbqueue.lockserver.config import ServerConfig
 from dbqueue.lockserver.protocol import Address, ProtocolError
-
-if TYPE_CHECKING:
-    from dbqueue.lockserver.server import LockServer
 
 log = logging.getLogger("dbqueue.lockserver")
 
@@ -26,11 +24,28 @@ log = logging.getLogger("dbqueue.lockserver")
 MAX_PENDING_BYTES = 256 * 1024
 
 
+class ConnectionHost(Protocol):
+    """What a connection asks of the server that accepted it (``server.LockServer``): declared
+    here, so that the connection needs nothing of the server's module."""
+
+    config: ServerConfig
+
+    def admit(self, connection: Connection) -> dict[str, Any] | None: ...
+
+    def greet(
+        self, connection: Connection, hello: dict[str, Any]
+    ) -> tuple[dict[str, Any], bool]: ...
+
+    def dispatch(self, client: Connection, message: dict[str, Any]) -> dict[str, Any] | None: ...
+
+    def closed(self, connection: Connection) -> None: ...
+
+
 class Connection(asyncio.Protocol):
     """A client's connection: its locks and subscriptions, and the defences against a bad client
     (see ``server.py``). The server's state machine answers its messages."""
 
-    def __init__(self, server: LockServer) -> None:
+    def __init__(self, server: ConnectionHost) -> None:
         self.server = server
         self.number = 0
         self.peer = "?"

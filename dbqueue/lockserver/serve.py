@@ -10,8 +10,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from dbqueue.errors import ConfigurationError
+from dbqueue.lockserver.config import ServerConfig
 from dbqueue.lockserver.protocol import Address
-from dbqueue.lockserver.server import LockServer, ServerConfig
+from dbqueue.lockserver.server import LockServer
 
 if TYPE_CHECKING:
     from dbqueue.runtime.context import RuntimeContext
