@@ -208,8 +208,8 @@ def test_enqueue_many_plain_items_take_each_tasks_registered_options(backend):
     expected = {"registered_bulk": ("billing", 7, 4), "loose": ("default", 50, app.max_attempts)}
     for job in jobs:
         assert (job["queue"], job["priority"], job["max_attempts"]) == expected[job["task"]]
-        assert job["payload_hash"] == dbqueue.payload.payload_hash(
-            dbqueue.payload.encode(job["payload"])
+        assert job["payload_hash"] == dbqueue.base.payload.payload_hash(
+            dbqueue.base.payload.encode(job["payload"])
         )
     if ids:
         assert ids == [j["id"] for j in jobs]
