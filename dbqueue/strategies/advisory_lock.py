@@ -14,9 +14,10 @@ import contextlib
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dbqueue.config import Settings
@@ -24,13 +25,7 @@ from dbqueue.dialects import Dialect
 from dbqueue.errors import StrategyNotSupportedError
 from dbqueue.job import Job
 from dbqueue.strategies.base import ClaimStatements, ClaimStrategy
-from dbqueue.strategies.locks import (
-    DatabaseLocks,
-    LockBackend,
-    job_lock_name,
-    job_lock_prefix,
-    slot_lock_name,
-)
+from dbqueue.strategies.locks import LockBackend, job_lock_name, job_lock_prefix, slot_lock_name
 
 log = logging.getLogger("dbqueue.strategies")
 
@@ -39,6 +34,51 @@ log = logging.getLogger("dbqueue.strategies")
 OVERFETCH = 4
 MAX_CANDIDATES = 200
 PAGES = 3
+
+
+class DatabaseLocks(LockBackend):
+    """The database's advisory locks, held by the session of ``conn``.
+
+    Every lock is tried in the select list of one statement, so each is evaluated exactly once
+    (a lock function in a WHERE clause may be evaluated for rows the planner later discards,
+    leaving locks nobody knows about).
+    """
+
+    releases_in_transaction = True
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        #: prefix → its lock expression builder: asked on every claim, built once.
+        self._named_by: dict[str, Callable[[sa.ColumnElement], sa.ColumnElement] | None] = {}
+
+    def try_acquire(self, conn: Connection, names: Sequence[str]) -> list[bool]:
+        if not names:
+            return []
+        row = _execute(conn, sa.select(*(self.dialect.try_lock(n) for n in names)))
+        return [bool(value) for value in row]
+
+    def release(self, conn: Connection, names: Sequence[str]) -> None:
+        if names:
+            _execute(conn, sa.select(*(self.dialect.unlock(n) for n in names)))
+
+    def try_acquire_named_by(
+        self, prefix: str
+    ) -> Callable[[sa.ColumnElement], sa.ColumnElement] | None:
+        if prefix not in self._named_by:
+            self._named_by[prefix] = self.dialect.try_lock_named_by(prefix)
+        return self._named_by[prefix]
+
+    def release_statement(self, prefix: str) -> sa.Select | None:
+        return self.dialect.unlock_named_by(prefix)
+
+
+def _execute(conn: Connection, stmt: sa.Select) -> sa.Row:
+    """Session-level locks outlive transactions: run inside the caller's transaction if there is
+    one, else in a short one of their own (never leaving an autobegun transaction open)."""
+    if conn.in_transaction():
+        return conn.execute(stmt).one()
+    with conn.begin():
+        return conn.execute(stmt).one()
 
 
 class LockClaimStrategy(ClaimStrategy):

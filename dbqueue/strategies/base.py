@@ -17,7 +17,7 @@ from dbqueue.config import Settings
 from dbqueue.dialects import Dialect
 from dbqueue.job import Job, Status
 from dbqueue.schema.tables import TableNames
-from dbqueue.strategies.locks import DatabaseLocks, LockBackend
+from dbqueue.strategies.locks import LockBackend
 
 #: A named lock expression: the key read in the statement → the expression that takes it.
 LockExpression = Callable[[sa.ColumnElement], sa.ColumnElement]
@@ -238,13 +238,8 @@ class ClaimStrategy(abc.ABC):
 
     @property
     def liveness_locks(self) -> LockBackend | None:
-        """The locks that tell whether a ``running`` job's worker is alive (for rescue).
-
-        In-transaction claims never commit ``running``; any such row comes from a lock-based
-        worker, whose per-job lock the database's named locks can test where they exist.
-        """
-        if self.dialect.supports_named_locks:
-            return DatabaseLocks(self.dialect)
+        """The locks that tell whether a ``running`` job's worker is alive (for rescue), and
+        that keep two runs of a maintenance routine apart; None where the database has none."""
         return None
 
     def notifier(self, engine: Engine, names: TableNames) -> Notifier | None:

@@ -1,8 +1,9 @@
 """Named locks: the liveness token of claimed jobs and the leader election of maintenance.
 
 A lock belongs to one connection (or lock-server client) and dies with it, so a crashed worker
-frees its jobs and its maintenance routines at once. Backends: the database's own advisory
-locks (PostgreSQL pg_try_advisory_lock, MySQL/MariaDB GET_LOCK) and the lock server
+frees its jobs and its maintenance routines at once. Here: their names and the interface;
+the backends are the database's own advisory locks (``DatabaseLocks`` in ``advisory_lock.py``:
+PostgreSQL pg_try_advisory_lock, MySQL/MariaDB GET_LOCK) and the lock server's
 (``dbqueue/lockserver/locks.py``).
 """
 
@@ -14,8 +15,6 @@ from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-
-from dbqueue.dialects import Dialect
 
 
 def job_lock_name(jobs_table: str, job_id: int) -> str:
@@ -84,48 +83,3 @@ class LockBackend(abc.ABC):
         """``holding``, asked now and answered by the call returned (a question that travels
         elsewhere travels meanwhile)."""
         return lambda conn: self.holding(conn, names)
-
-
-class DatabaseLocks(LockBackend):
-    """The database's advisory locks, held by the session of ``conn``.
-
-    Every lock is tried in the select list of one statement, so each is evaluated exactly once
-    (a lock function in a WHERE clause may be evaluated for rows the planner later discards,
-    leaving locks nobody knows about).
-    """
-
-    releases_in_transaction = True
-
-    def __init__(self, dialect: Dialect) -> None:
-        self.dialect = dialect
-        #: prefix → its lock expression builder: asked on every claim, built once.
-        self._named_by: dict[str, Callable[[sa.ColumnElement], sa.ColumnElement] | None] = {}
-
-    def try_acquire(self, conn: Connection, names: Sequence[str]) -> list[bool]:
-        if not names:
-            return []
-        row = _execute(conn, sa.select(*(self.dialect.try_lock(n) for n in names)))
-        return [bool(value) for value in row]
-
-    def release(self, conn: Connection, names: Sequence[str]) -> None:
-        if names:
-            _execute(conn, sa.select(*(self.dialect.unlock(n) for n in names)))
-
-    def try_acquire_named_by(
-        self, prefix: str
-    ) -> Callable[[sa.ColumnElement], sa.ColumnElement] | None:
-        if prefix not in self._named_by:
-            self._named_by[prefix] = self.dialect.try_lock_named_by(prefix)
-        return self._named_by[prefix]
-
-    def release_statement(self, prefix: str) -> sa.Select | None:
-        return self.dialect.unlock_named_by(prefix)
-
-
-def _execute(conn: Connection, stmt: sa.Select) -> sa.Row:
-    """Session-level locks outlive transactions: run inside the caller's transaction if there is
-    one, else in a short one of their own (never leaving an autobegun transaction open)."""
-    if conn.in_transaction():
-        return conn.execute(stmt).one()
-    with conn.begin():
-        return conn.execute(stmt).one()

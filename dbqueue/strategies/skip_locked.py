@@ -16,7 +16,9 @@ from sqlalchemy.engine import Connection
 from dbqueue.dialects import Dialect
 from dbqueue.errors import StrategyNotSupportedError
 from dbqueue.job import Job
+from dbqueue.strategies.advisory_lock import DatabaseLocks
 from dbqueue.strategies.base import ClaimStatements, ClaimStrategy
+from dbqueue.strategies.locks import LockBackend
 
 
 def skip_locked(stmt: sa.Select) -> sa.Select:
@@ -72,6 +74,12 @@ class SkipLockedStrategy(ClaimStrategy):
         ids = [job.id for job in exclude]
         stmt = skip_locked(claims.runnable_of_task(queue, task, limit, ids))
         return claims.fetch_waiting(conn, stmt, self.attempt_increment)
+
+    @property
+    def liveness_locks(self) -> LockBackend | None:
+        """Claims held in the transaction never commit ``running``: any such row comes from a
+        lock-based worker, whose per-job lock the database's named locks can test."""
+        return DatabaseLocks(self.dialect) if self.dialect.supports_named_locks else None
 
     def claim_ids(
         self, conn: Connection, claims: ClaimStatements, ids: list[int], worker_id: str
