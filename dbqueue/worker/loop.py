@@ -90,7 +90,7 @@ class ClaimLoop:
         self,
         context: RuntimeContext,
         plan: ClaimPlan,
-        state: RunState,
+        run_state: RunState,
         engine: Engine,
         strategy: ClaimStrategy,
         notifier: Notifier,
@@ -100,7 +100,7 @@ class ClaimLoop:
     ) -> None:
         self.context = context
         self.plan = plan
-        self.state = state
+        self.run_state = run_state
         self.engine = engine
         self.strategy = strategy
         self.notifier = notifier
@@ -139,17 +139,17 @@ class ClaimLoop:
         state = _ThreadState(
             turn=index,
             idle=self.plan.min_poll_interval,
-            early_seen=self.state.early_wakes,
+            early_seen=self.run_state.early_wakes,
             engine=self.engine if aio is None else aio.engine.sync_engine,
             waits=(Waits if aio is None else LoopWaits)(
-                lambda: self.state.stopping, self.state.stop_requested
+                lambda: self.run_state.stopping, self.run_state.stop_requested
             ),
         )
         try:
-            while not self.state.stopping and self.state.budget_left():
-                seen = self.state.signal.generation
-                if self.state.early_wakes != state.early_seen:
-                    state.early_seen, state.recheck = self.state.early_wakes, EARLY_WAKE_FIRST
+            while not self.run_state.stopping and self.run_state.budget_left():
+                seen = self.run_state.signal.generation
+                if self.run_state.early_wakes != state.early_seen:
+                    state.early_seen, state.recheck = self.run_state.early_wakes, EARLY_WAKE_FIRST
                 outcome = self._guarded_round(state, executor, slot)
                 if outcome is None:  # an error, already backed off from: go round again
                     continue
@@ -163,7 +163,7 @@ class ClaimLoop:
                 self._wait_idle(state, seen)
         finally:
             if state.polling:
-                self.state.idle_poller.release()
+                self.run_state.idle_poller.release()
             self.watchdog.forget(slot)
             _discard(state.conn, broken=slot.abandoned)
 
@@ -177,7 +177,7 @@ class ClaimLoop:
                 state.conn = state.engine.connect()
             outcome = self._round(state, state.conn, executor)
         except SchemaMissingError as exc:
-            self.state.fail(exc)
+            self.run_state.fail(exc)
             return None
         except Exception as exc:  # database gone, deadlock, bug: log, back off, go on
             if slot.abandoned:
@@ -193,9 +193,9 @@ class ClaimLoop:
     def _after_work(self, state: _ThreadState, claimed: int, seconds: float) -> None:
         if state.polling:  # work again: another idle thread takes over the polling
             state.polling = False
-            self.state.idle_poller.release()
+            self.run_state.idle_poller.release()
         if claimed >= state.batch:  # a full batch: there may be more, wake a helper
-            self.state.signal.wake()
+            self.run_state.signal.wake()
         fast = seconds / claimed < FAST_JOB_SECONDS
         state.batch = min(self.plan.batch_size, state.batch * 2) if fast else 1
         state.idle = self.plan.min_poll_interval
@@ -203,7 +203,7 @@ class ClaimLoop:
     def _wait_idle(self, state: _ThreadState, seen: int) -> None:
         """Nothing to claim: one idle thread polls for all, the others wait for it (or a push)."""
         state.batch = 1
-        state.polling = state.polling or self.state.idle_poller.acquire(blocking=False)
+        state.polling = state.polling or self.run_state.idle_poller.acquire(blocking=False)
         if state.slots_full:  # look again soon, as a database without push wake-ups would
             state.idle = min(state.idle, SLOTS_FULL_POLL)
         if state.polling:
@@ -213,7 +213,7 @@ class ClaimLoop:
                 timeout, state.recheck = min(timeout, state.recheck), state.recheck * 2
         else:
             timeout = max(FOLLOWER_WAIT, self.plan.poll_interval)
-        woken = state.waits.signal(self.state.signal, seen, timeout)
+        woken = state.waits.signal(self.run_state.signal, seen, timeout)
         poll_interval = self.plan.poll_interval
         state.idle = self.plan.min_poll_interval if woken else min(state.idle * 2, poll_interval)
 
@@ -243,10 +243,10 @@ class ClaimLoop:
         state.slots_full = False
         queues = self.plan.queues
         for offset in range(len(queues)):
-            if self.state.stopping:
+            if self.run_state.stopping:
                 break
             queue = queues[(state.turn + offset) % len(queues)]
-            limit = self.state.reserve(state.batch)
+            limit = self.run_state.reserve(state.batch)
             if limit == 0:
                 break
             result: BatchResult | None = None
@@ -254,7 +254,7 @@ class ClaimLoop:
             reserved = [limit]  # and what gathering a batch task's jobs adds
 
             def reserve(more: int, reserved: list[int] = reserved) -> int:
-                granted = self.state.reserve(more)
+                granted = self.run_state.reserve(more)
                 reserved[0] += granted
                 return granted
 
@@ -262,11 +262,11 @@ class ClaimLoop:
                 result = self._claim_and_run(conn, executor, engine, queue, limit, state, reserve)
                 committed = True
             finally:
-                self.state.settle(reserved[0], result if committed else None)
+                self.run_state.settle(reserved[0], result if committed else None)
             if result is not None:
                 claimed += result.succeeded + result.failed + result.cancelled
                 seconds += result.handler_seconds
-        self.state.summary.rounds += 1
+        self.run_state.summary.rounds += 1
         return claimed, seconds
 
     def _claim_and_run(
@@ -298,17 +298,17 @@ class ClaimLoop:
                     jobs,
                     worker_id,
                     reserve=reserve,
-                    stopping=lambda: self.state.stopping,
-                    pause=lambda seconds: state.waits.backoff(self.state.signal, seconds),
+                    stopping=lambda: self.run_state.stopping,
+                    pause=lambda seconds: state.waits.backoff(self.run_state.signal, seconds),
                 )
 
-            return claim_and_run(executor, conn, engine, claim, lambda: self.state.stopping)
+            return claim_and_run(executor, conn, engine, claim, lambda: self.run_state.stopping)
         return claim_and_run(
             executor,
             conn,
             engine,
             lambda: self._claim_limited(conn, engine, queue, limit, slots, state, worker_id),
-            lambda: self.state.stopping,
+            lambda: self.run_state.stopping,
         )
 
     def _claim_limited(
@@ -345,7 +345,7 @@ class ClaimLoop:
             if failures == 1 or failures % 10 == 0:
                 log.warning("%s; claims resume once it is back", exc)
                 self.report(exc)
-            state.waits.backoff(self.state.signal, random.uniform(0.2, 0.6))
+            state.waits.backoff(self.run_state.signal, random.uniform(0.2, 0.6))
             return
         delay = min(MAX_RECONNECT_DELAY, 0.5 * 2 ** (failures - 1)) * random.uniform(0.8, 1.2)
         # A driver that connects outside the DBAPI's errors (asyncpg: the socket's own
@@ -356,5 +356,5 @@ class ClaimLoop:
         else:
             log.error("unexpected error in the worker loop; retrying in %.1fs", delay, exc_info=exc)
         self.report(exc)
-        self.state.count_reconnect()
-        state.waits.backoff(self.state.signal, delay)
+        self.run_state.count_reconnect()
+        state.waits.backoff(self.run_state.signal, delay)

@@ -36,14 +36,14 @@ class AbandonedThreads:
         timeout_grace: float,
         engine: Engine,
         strategy: ClaimStrategy,
-        state: RunState,
+        run_state: RunState,
     ) -> None:
         self.context = context
         self.worker_name = worker_name
         self.timeout_grace = timeout_grace
         self.engine = engine
         self.strategy = strategy
-        self.state = state
+        self.run_state = run_state
         self._given_up: queue_module.SimpleQueue[Slot] = queue_module.SimpleQueue()
 
     def given_up(self) -> list[Slot]:
@@ -74,13 +74,13 @@ class AbandonedThreads:
             "JobCancelledError" if slot.reason == CANCEL else "JobTimeoutError",
             slot.index,
         )
-        self.state.count_abandoned_thread()
+        self.run_state.count_abandoned_thread()
         try:
             self._end_connection(slot)
             self._record_abandoned(slot, job)
         finally:
             self._given_up.put(slot)
-            self.state.signal.wake()
+            self.run_state.signal.wake()
 
     def _end_connection(self, slot: Slot) -> None:
         fairy = getattr(slot.connection, "connection", None) if slot.connection else None
@@ -143,6 +143,6 @@ class AbandonedThreads:
         if not changed:  # the thread recorded it itself before it was given up on: counted there
             return
         if cancelled:
-            self.state.count_recorded(cancelled=changed)
+            self.run_state.count_recorded(cancelled=changed)
         else:
-            self.state.count_recorded(failed=changed)
+            self.run_state.count_recorded(failed=changed)

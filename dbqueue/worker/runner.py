@@ -94,7 +94,7 @@ class Worker:
         self.maintenance_settings = (
             settings.maintenance_settings or self.context.maintenance_settings
         )
-        self.state = RunState(settings.max_jobs)
+        self.run_state = RunState(settings.max_jobs)
         self._init_parts()
         self.lifecycle = Lifecycle(self._run_order())
 
@@ -140,7 +140,7 @@ class Worker:
     # ---- control ------------------------------------------------------------------------------
     def stop(self) -> None:
         """Stop claiming; running jobs finish, then run() returns."""
-        self.state.stop()
+        self.run_state.stop()
 
     def wake(self, early: bool = False) -> None:
         """Make idle threads claim now instead of at the end of their poll interval.
@@ -148,15 +148,15 @@ class Worker:
         ``early``: the work is not committed yet (SQLAlchemy Core signals a Connection's commit
         only before it happens): threads that find nothing look again a few times, soon.
         """
-        self.state.wake(early)
+        self.run_state.wake(early)
 
     @property
     def stopping(self) -> bool:
-        return self.state.stopping
+        return self.run_state.stopping
 
     @property
     def summary(self) -> WorkerSummary:
-        return self.state.summary
+        return self.run_state.summary
 
     # ---- main ---------------------------------------------------------------------------------
     def run(self) -> WorkerSummary:
@@ -166,8 +166,8 @@ class Worker:
             self._run()
         finally:
             self.lifecycle.stop()
-        if self.state.fatal is not None:
-            raise self.state.fatal
+        if self.run_state.fatal is not None:
+            raise self.run_state.fatal
         return self.summary
 
     def _run(self) -> None:
@@ -183,7 +183,7 @@ class Worker:
                 hooks.worker_started(self)
                 started = True
                 if self.settings.max_runtime is not None:
-                    self.state.deadline = time.monotonic() + self.settings.max_runtime
+                    self.run_state.deadline = time.monotonic() + self.settings.max_runtime
                 self._threads().run(self.concurrency)
         except Exception as exc:
             hooks.report(exc, self)
@@ -192,8 +192,8 @@ class Worker:
             if started:
                 hooks.worker_stopped(self)
             self.context.local_workers.discard(self)
-        if self.state.fatal is not None:
-            hooks.report(self.state.fatal, self)
+        if self.run_state.fatal is not None:
+            hooks.report(self.run_state.fatal, self)
             return
         summary = self.summary
         log.info(
@@ -223,7 +223,7 @@ class Worker:
         claim_loop = ClaimLoop(
             self.context,
             plan,
-            self.state,
+            self.run_state,
             self.engine,
             self.strategy,
             self.notifier,
@@ -232,7 +232,7 @@ class Worker:
             report=lambda exc: hooks.report(exc, self),
         )
         return WorkerThreads(
-            self.state,
+            self.run_state,
             claim_loop.thread_main,
             self.abandoned_threads.given_up,
             self.event_loop,
@@ -324,7 +324,7 @@ class Worker:
             else:
                 self.poll_interval = app_settings.poll_interval or DEFAULT_POLL_INTERVAL
         if not self.settings.burst:
-            notifier.start(self.state.signal.wake, self.queues)
+            notifier.start(self.run_state.signal.wake, self.queues)
         return notifier.stop
 
     def _start_maintenance(self) -> Stop | None:
@@ -376,7 +376,7 @@ class Worker:
             self.settings.timeout_grace,
             self.engine,
             self.strategy,
-            self.state,
+            self.run_state,
         )
         self.watchdog = Watchdog(
             self.settings.timeout_grace,

@@ -26,13 +26,13 @@ class WorkerThreads:
 
     def __init__(
         self,
-        state: RunState,
+        run_state: RunState,
         main: Callable[..., None],
         given_up: Callable[[], list[Slot]],
         event_loop: EventLoop | None = None,
         async_engine: AsyncEngine | None = None,
     ) -> None:
-        self.state = state
+        self.run_state = run_state
         self.main = main
         self.given_up = given_up
         self.event_loop = event_loop
@@ -44,16 +44,16 @@ class WorkerThreads:
         }
         next_index = concurrency
         while live:
-            deadline = self.state.deadline
+            deadline = self.run_state.deadline
             if deadline is not None and time.monotonic() >= deadline:
-                self.state.stop()  # wakes the threads asleep until their next poll, too
+                self.run_state.stop()  # wakes the threads asleep until their next poll, too
             for index, thread in list(live.items()):
                 thread.join(SUPERVISE_INTERVAL / len(live))
                 if not thread.is_alive():
                     del live[index]
             for slot in self.given_up():
                 live.pop(slot.index, None)  # left blocked; a daemon, so it cannot hold up exit
-                if not self.state.stopping:
+                if not self.run_state.stopping:
                     live[next_index] = self._start(next_index)
                     next_index += 1
 
