@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dbqueue import dialects
+from dbqueue.base.service import Service
 from dbqueue.base.wakeup import Notifier
 from dbqueue.config import MaintenanceSettings
 from dbqueue.engine import QueueEngine
@@ -48,7 +48,12 @@ class Routine:
     run: Callable[[Connection, QueueEngine], str]
 
 
-class Maintenance:
+class Maintenance(Service):
+    """The maintenance thread: on each tick, the routines due whose tick this worker wins."""
+
+    name = "dbqueue-maintenance"
+    stop_timeout = 30.0
+
     def __init__(
         self,
         context: RuntimeContext,
@@ -58,6 +63,7 @@ class Maintenance:
         settings: MaintenanceSettings,
         worker_id: str,
     ) -> None:
+        super().__init__()
         self.context = context
         self.engine = engine
         self.strategy = strategy
@@ -72,42 +78,36 @@ class Maintenance:
                 Routine("renotify", settings.notify_minutes, self.renotify),
             )
         }
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.last_result = ""
 
     # ---- scheduling ---------------------------------------------------------------------------
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="dbqueue-maintenance", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
-
-    def _loop(self) -> None:
+    def run(self) -> None:
         period = self.settings.tick_seconds
-        while not self._stop.is_set():
+        while not self.stopping:
             now = time.time()
             tick = (math.floor(now / period) + 1) * period
-            if self._stop.wait(tick - now):
+            if self.wait_for_stop(tick - now):
                 return
             slot = round(tick / period) % 60
             for routine in self.routines.values():
-                if slot in routine.minutes and not self._stop.is_set():
-                    try:
-                        self.run_tick(routine.name, tick)
-                    except sa.exc.DBAPIError as exc:  # database down or restarting: next tick
-                        log.warning(
-                            "maintenance routine %s skipped a tick: database error (%s)",
-                            routine.name,
-                            _first_line(exc.orig),
-                        )
-                    except DbqueueError as exc:  # e.g. the lock server is unreachable: next tick
-                        log.warning("maintenance routine %s not run: %s", routine.name, exc)
-                    except Exception:  # a failing routine must not stop the others or the worker
-                        log.exception("maintenance routine %s failed", routine.name)
+                if slot in routine.minutes and not self.stopping:
+                    self._run_guarded(routine.name, tick)
+            self.iterations.add()
+
+    def _run_guarded(self, name: str, tick: float) -> None:
+        """One routine's tick; whatever fails is said, and the next tick comes all the same."""
+        try:
+            self.run_tick(name, tick)
+        except sa.exc.DBAPIError as exc:  # database down or restarting: next tick
+            log.warning(
+                "maintenance routine %s skipped a tick: database error (%s)",
+                name,
+                _first_line(exc.orig),
+            )
+        except DbqueueError as exc:  # e.g. the lock server is unreachable: next tick
+            log.warning("maintenance routine %s not run: %s", name, exc)
+        except Exception:  # a failing routine must not stop the others or the worker
+            log.exception("maintenance routine %s failed", name)
 
     def run_now(self, name: str) -> str:
         """Run a routine outside the schedule (recorded like a tick); returns its result."""
@@ -156,7 +156,7 @@ class Maintenance:
         """Delete finished jobs older than the retention, one bounded chunk per transaction."""
         days, limit = self.settings.purge_max_age_days, self.settings.purge_limit
         total = chunks = 0
-        while not self._stop.is_set():
+        while not self.stopping:
             with conn.begin():
                 deleted = engine.housekeeping.purge_chunk(conn, days, limit)
             total += deleted
@@ -175,7 +175,7 @@ class Maintenance:
         """The periodic ticks older than the retention, each schedule's last one kept."""
         days, limit = self.settings.purge_max_age_days, self.settings.purge_limit
         total = 0
-        while not self._stop.is_set():
+        while not self.stopping:
             with conn.begin():
                 deleted = engine.periodic.purge_periodic_ticks(conn, days, limit)
             total += deleted

@@ -2,5 +2,6 @@
 
 from dbqueue.worker.runner import Worker, WorkerSummary
 from dbqueue.worker.session import JobSession
+from dbqueue.worker.settings import WorkerSettings
 
-__all__ = ["Worker", "WorkerSummary", "JobSession"]
+__all__ = ["Worker", "WorkerSettings", "WorkerSummary", "JobSession"]

@@ -11,11 +11,11 @@ request like a timeout. Short jobs never cost a query: a request reaches a job w
 from __future__ import annotations
 
 import logging
-import threading
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
 
+from dbqueue.base.service import Service
 from dbqueue.worker.process import first_line
 from dbqueue.worker.watchdog import Watchdog
 
@@ -28,7 +28,9 @@ log = logging.getLogger("dbqueue.worker")
 POLL_INTERVAL = 0.5
 
 
-class CancelPoller:
+class CancelPoller(Service):
+    name = "dbqueue-cancels"
+
     def __init__(
         self,
         watchdog: Watchdog,
@@ -36,41 +38,36 @@ class CancelPoller:
         store: RequestStore,
         interval: float = POLL_INTERVAL,
     ) -> None:
+        super().__init__()
         self.watchdog = watchdog
         self.engine = engine
         self.store = store
         self.interval = interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         #: Requests handed to running jobs (for tests and logs).
         self.delivered = 0
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="dbqueue-cancels", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def _loop(self) -> None:
+    def run(self) -> None:
         failures = 0
-        while not self._stop.wait(self.interval):
-            ids = self.watchdog.running_longer_than(self.interval)
-            if not ids:
-                continue
-            try:
-                found = self.poll(ids)
-            except Exception as exc:  # the database is away: the next look tries again
-                failures += 1
-                if failures == 1 or failures % 100 == 0:
-                    log.warning("could not read cancel requests: %s", first_line(exc))
-                continue
-            failures = 0
-            if found:
-                self._take(list(found))
-                self.delivered += self.watchdog.deliver(found)
+        while not self.wait_for_stop(self.interval):
+            failures = self._look(failures)
+            self.iterations.add()
+
+    def _look(self, failures: int) -> int:
+        """One look at the running jobs; returns how many looks in a row have failed."""
+        ids = self.watchdog.running_longer_than(self.interval)
+        if not ids:
+            return failures
+        try:
+            found = self.poll(ids)
+        except Exception as exc:  # the database is away: the next look tries again
+            failures += 1
+            if failures == 1 or failures % 100 == 0:
+                log.warning("could not read cancel requests: %s", first_line(exc))
+            return failures
+        if found:
+            self._take(list(found))
+            self.delivered += self.watchdog.deliver(found)
+        return 0
 
     def _take(self, ids: list[int]) -> None:
         """Mark the requests taken before stopping their jobs (where the store needs it: see

@@ -14,7 +14,6 @@ import datetime as dt
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from dbqueue.base.service import Service
 from dbqueue.job import Job
 from dbqueue.runtime.context import RuntimeContext
 
@@ -38,8 +38,11 @@ Running = Callable[[], list[tuple[Job, float]]]
 Counters = Callable[[], tuple[int, int]]
 
 
-class Heartbeat:
+class Heartbeat(Service):
     """One worker process's registry row and the thread that keeps it alive."""
+
+    name = "dbqueue-heartbeat"
+    stop_timeout = 10.0
 
     def __init__(
         self,
@@ -50,6 +53,7 @@ class Heartbeat:
         counters: Counters,
         interval: float = DEFAULT_HEARTBEAT_INTERVAL,
     ) -> None:
+        super().__init__()
         self.context = context
         #: The registry's database: the queue's, or its side file (SQLite).
         self.engine = context.workers_side_engine() or engine
@@ -64,34 +68,29 @@ class Heartbeat:
         self.counters = counters
         self.interval = interval
         self.ttl = interval * EXPIRES_AFTER_BEATS
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Insert the row now (so the worker is listed as soon as it runs), then beat."""
+    def before_start(self) -> None:
+        """Insert the row now, so the worker is listed as soon as it runs."""
         try:
             self._register()
         except Exception as exc:  # the registry is for people watching: never stop a worker
             log.warning("could not register the worker in %s: %s", self._table(), _line(exc))
-        self._thread = threading.Thread(target=self._loop, name="dbqueue-heartbeat", daemon=True)
-        self._thread.start()
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+    def run(self) -> None:
+        while not self.wait_for_stop(self.interval):
+            try:
+                self.beat()
+            except Exception as exc:  # database down: the next beat tries again
+                log.debug("heartbeat failed: %s", _line(exc))
+            self.iterations.add()
+
+    def after_stop(self) -> None:
+        """The row goes: this worker runs nothing any more."""
         try:
             with self.engine.begin() as conn:
                 self.context.queue_engine(conn).workers.unregister_worker(conn, self.id)
         except Exception as exc:  # it expires, and maintenance deletes it
             log.debug("could not delete the worker's row: %s", _line(exc))
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.beat()
-            except Exception as exc:  # database down: the next beat tries again
-                log.debug("heartbeat failed: %s", _line(exc))
 
     def beat(self) -> None:
         values = self.snapshot()

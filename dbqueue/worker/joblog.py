@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dbqueue.base.service import Service
 from dbqueue.engine.instruments import FinishedObserver
 from dbqueue.job import Job
 
@@ -35,9 +35,13 @@ MESSAGE = "job %s (%s) %s in %.1f ms (queue %s, attempt %s)"
 BACKLOG = 1000
 
 
-class JobLogWriter:
+class JobLogWriter(Service):
     """The worker's writer thread: makes and writes the records of committed batches, and
-    hands each finished job to the observers (metrics: ``dbqueue.engine.instruments``)."""
+    hands each finished job to the observers (metrics: ``dbqueue.engine.instruments``).
+    Stopping writes what is queued first."""
+
+    name = "dbqueue-job-log"
+    stop_timeout = None
 
     def __init__(
         self,
@@ -45,25 +49,21 @@ class JobLogWriter:
         observers: Sequence[FinishedObserver] = (),
         log_jobs: bool = True,
     ) -> None:
+        super().__init__()
         self._policy = policy
         self._observers = tuple(observers)
         self._log_jobs = log_jobs
         self._batches: queue.Queue[list[Finished] | None] = queue.Queue(BACKLOG)
-        self._thread = threading.Thread(target=self._run, name="dbqueue-job-log", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Write what is queued, then end the thread."""
-        if self._thread.is_alive():
-            self._batches.put(None)
-            self._thread.join()
 
     def put(self, batch: list[Finished]) -> None:
         self._batches.put(batch)
 
-    def _run(self) -> None:
+    def interrupt(self) -> None:
+        """The end marker, behind the batches queued (a dead thread would never take it)."""
+        if self.is_alive():
+            self._batches.put(None)
+
+    def run(self) -> None:
         while (batch := self._batches.get()) is not None:
             logging_on = self._log_jobs and log.isEnabledFor(logging.INFO)
             for job, result, seconds in batch:
@@ -75,6 +75,7 @@ class JobLogWriter:
                         observer(job, outcome, seconds)
                     except Exception:  # an observer's bug must not stop the log or the others
                         log.debug("finished-job observer %r failed", observer, exc_info=True)
+            self.iterations.add()
 
     def _outcome(self, job: Job, result: Any) -> str:
         if result.ok:

@@ -14,10 +14,11 @@ import logging
 import queue
 import sys
 import threading
-from logging.handlers import QueueHandler, QueueListener
+from logging.handlers import QueueHandler
 from typing import Any
 from urllib.parse import urlsplit
 
+from dbqueue.base.service import Service
 from dbqueue.config import Settings
 from dbqueue.errors import ConfigurationError
 
@@ -67,16 +68,13 @@ class _Bounded(QueueHandler):
             self.shipper.count(dropped=1)
 
 
-class _Listener(QueueListener):
-    """Its stop waits for room for the end marker: the queue may be full when it stops."""
-
-    def enqueue_sentinel(self) -> None:
-        self.queue.put(self._sentinel)  # type: ignore[attr-defined]
-
-
-class LokiShipper:
+class LokiShipper(Service):
     """The root logger's records → Loki, from ``start`` to ``stop``. ``sent`` and
-    ``dropped`` count records."""
+    ``dropped`` count records. Its thread hands the queued records to the batch handler,
+    whose own thread pushes them."""
+
+    name = "dbqueue-log-shipper"
+    stop_timeout = None
 
     def __init__(
         self,
@@ -95,20 +93,19 @@ class LokiShipper:
                 "GRAFANA_URL is set but the Loki handler is not installed: "
                 "pip install 'dbqueue[grafana]' (or unset GRAFANA_URL)"
             ) from None
+        super().__init__()
         self.url = push_url(url)
         self.env = env
         self.sent = 0
         self.dropped = 0
         self._lock = threading.Lock()
         self._failures = 0
-        records: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._records: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         self._pusher = _pusher_class()(
             self, url=self.url, tags={"env": env, "service": "dbqueue"}, timeout=timeout
         )
         self._batcher = LokiBatchHandler(interval, capacity=batch_size, target=self._pusher)
-        self._listener = _Listener(records, self._batcher)
-        self.handler = _Bounded(self, records)
-        self._started = False
+        self.handler = _Bounded(self, self._records)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LokiShipper | None:
@@ -121,21 +118,24 @@ class LokiShipper:
             self.sent += sent
             self.dropped += dropped
 
-    def start(self) -> LokiShipper:
-        self._listener.start()
+    def before_start(self) -> None:
         logging.getLogger().addHandler(self.handler)
-        self._started = True
         log.info("shipping logs to Loki at %s (env=%s)", self.url, self.env)
-        return self
 
-    def stop(self) -> None:
-        """Detach, push what is queued (one last try), stop the threads."""
-        if not self._started:
-            return
-        self._started = False
+    def run(self) -> None:
+        while (record := self._records.get()) is not None:
+            self._batcher.handle(record)
+            self.iterations.add()
+
+    def interrupt(self) -> None:
+        """Detach, then queue the end marker behind the records (waiting for room: the queue
+        may be full)."""
         logging.getLogger().removeHandler(self.handler)
-        self._listener.stop()  # drains the queue into the batch handler
-        self._batcher.close()  # pushes the last batch
+        self._records.put(None)
+
+    def after_stop(self) -> None:
+        """Push what is left (one last try)."""
+        self._batcher.close()
         if self.dropped:
             log.warning("Loki shipping: %d record(s) sent, %d dropped", self.sent, self.dropped)
 

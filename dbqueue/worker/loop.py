@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -14,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dbqueue.base.results import running_handlers
-from dbqueue.base.wakeup import Notifier, WakeSignal
+from dbqueue.base.wakeup import Notifier
 from dbqueue.errors import SchemaMissingError
 from dbqueue.lockserver.client import LockServerUnavailableError
 from dbqueue.worker.aio import AsyncSlot, LoopWaits, Waits
@@ -24,12 +23,12 @@ from dbqueue.worker.executor import BatchExecutor, BatchResult
 from dbqueue.worker.joblog import JobLog, JobLogWriter
 from dbqueue.worker.process import discard as _discard
 from dbqueue.worker.process import first_line as _first_line
+from dbqueue.worker.state import RunState
 from dbqueue.worker.watchdog import Abandoned, Slot, Watchdog
 
 if TYPE_CHECKING:
     from dbqueue.runtime.context import RuntimeContext
     from dbqueue.strategies import ClaimStrategy
-    from dbqueue.worker.runner import WorkerSummary
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -68,37 +67,48 @@ class _ThreadState:
     slots_full: bool = False  # the last round found a limited queue's slots all taken
 
 
-class ClaimLoop:
-    """The per-thread part of ``Worker`` (a mixin: the attributes below are the Worker's)."""
+@dataclass(frozen=True)
+class ClaimPlan:
+    """What a worker's threads claim and how they pace themselves, as settled at start-up."""
 
-    context: RuntimeContext
-    name: str
-    queues: list[str]
+    worker_name: str
+    queues: tuple[str, ...]
     queue_limits: dict[str, int]
     burst: bool
     batch_size: int
-    max_jobs: int | None
     min_poll_interval: float
-    poll_interval: Any
+    poll_interval: float
     job_timeout: float | None
-    job_log_writer: JobLogWriter | None
-    strategy: ClaimStrategy | None
-    notifier: Notifier | None
-    watchdog: Watchdog | None
-    summary: WorkerSummary
-    _engine: Engine | None
-    _signal: WakeSignal
-    _stop: threading.Event
-    _lock: threading.Lock
-    _idle_poller: threading.Lock
-    _early_wakes: int
-    _reserved: int
-    _fatal: BaseException | None
 
-    stopping: bool  # the Worker's property
-    stop: Callable[[], None]  # the Worker's method
 
-    def _thread_main(self, index: int, aio: AsyncSlot | None = None) -> None:
+class ClaimLoop:
+    """The loop every worker thread (or async slot) runs: claim, run, count, wait when idle.
+
+    ``report(exc)`` tells the App's error hooks, naming the worker."""
+
+    def __init__(
+        self,
+        context: RuntimeContext,
+        plan: ClaimPlan,
+        run_state: RunState,
+        engine: Engine,
+        strategy: ClaimStrategy,
+        notifier: Notifier,
+        watchdog: Watchdog,
+        job_log_writer: JobLogWriter | None,
+        report: Callable[[BaseException], None],
+    ) -> None:
+        self.context = context
+        self.plan = plan
+        self.run_state = run_state
+        self.engine = engine
+        self.strategy = strategy
+        self.notifier = notifier
+        self.watchdog = watchdog
+        self.job_log_writer = job_log_writer
+        self.report = report
+
+    def thread_main(self, index: int, aio: AsyncSlot | None = None) -> None:
         """One slot's loop: a worker thread's (``aio`` None), or an async slot's, run in a
         greenlet on the worker's event loop (see ``aio.py``): the same code either way."""
         try:
@@ -108,38 +118,38 @@ class ClaimLoop:
             log.info("abandoned worker thread %d unblocked and ended without writing", index)
         except BaseException as exc:  # a bug: say so, and let the supervisor see the thread end
             log.exception("worker thread %d stopped by an unexpected error", index)
-            self.context.registry.hooks.report(exc, self)
+            self.report(exc)
 
     def _thread_loop(self, index: int, aio: AsyncSlot | None) -> None:
-        assert self.strategy is not None and self._engine is not None
-        slot = self.watchdog.slot(index) if self.watchdog is not None else None
+        slot = self.watchdog.slot(index)
         if aio is not None:
             aio.enter()
-            if slot is not None:
-                aio.watch(slot)
+            aio.watch(slot)
         executor = BatchExecutor(
             self.context,
             self.strategy,
-            f"{self.name}:{index}",
+            f"{self.plan.worker_name}:{index}",
             watchdog=self.watchdog,
             slot=slot,
-            default_timeout=self.job_timeout,
+            default_timeout=self.plan.job_timeout,
             job_log=JobLog(self.job_log_writer) if self.job_log_writer is not None else None,
             notifier=self.notifier,
             aio=aio,
         )
         state = _ThreadState(
             turn=index,
-            idle=self.min_poll_interval,
-            early_seen=self._early_wakes,
-            engine=self._engine if aio is None else aio.engine.sync_engine,
-            waits=(Waits if aio is None else LoopWaits)(lambda: self.stopping, self._stop),
+            idle=self.plan.min_poll_interval,
+            early_seen=self.run_state.early_wakes,
+            engine=self.engine if aio is None else aio.engine.sync_engine,
+            waits=(Waits if aio is None else LoopWaits)(
+                lambda: self.run_state.stopping, self.run_state.stop_requested
+            ),
         )
         try:
-            while not self.stopping and self._budget_left():
-                seen = self._signal.generation
-                if self._early_wakes != state.early_seen:
-                    state.early_seen, state.recheck = self._early_wakes, EARLY_WAKE_FIRST
+            while not self.run_state.stopping and self.run_state.budget_left():
+                seen = self.run_state.signal.generation
+                if self.run_state.early_wakes != state.early_seen:
+                    state.early_seen, state.recheck = self.run_state.early_wakes, EARLY_WAKE_FIRST
                 outcome = self._guarded_round(state, executor, slot)
                 if outcome is None:  # an error, already backed off from: go round again
                     continue
@@ -148,18 +158,17 @@ class ClaimLoop:
                 if claimed:
                     self._after_work(state, claimed, seconds)
                     continue
-                if self.burst:
+                if self.plan.burst:
                     break
                 self._wait_idle(state, seen)
         finally:
             if state.polling:
-                self._idle_poller.release()
-            if slot is not None:
-                self.watchdog.forget(slot)  # type: ignore[union-attr]
-            _discard(state.conn, broken=slot is not None and slot.abandoned)
+                self.run_state.idle_poller.release()
+            self.watchdog.forget(slot)
+            _discard(state.conn, broken=slot.abandoned)
 
     def _guarded_round(
-        self, state: _ThreadState, executor: BatchExecutor, slot: Slot | None
+        self, state: _ThreadState, executor: BatchExecutor, slot: Slot
     ) -> tuple[int, float] | None:
         """One round; after an error, log and back off and return None. Missing tables stop
         the whole worker: no retry can fix them."""
@@ -168,11 +177,10 @@ class ClaimLoop:
                 state.conn = state.engine.connect()
             outcome = self._round(state, state.conn, executor)
         except SchemaMissingError as exc:
-            self._fatal = exc
-            self.stop()
+            self.run_state.fail(exc)
             return None
         except Exception as exc:  # database gone, deadlock, bug: log, back off, go on
-            if slot is not None and slot.abandoned:
+            if slot.abandoned:
                 raise Abandoned from None
             lost = state.conn is not None and state.conn.invalidated
             state.conn = _discard(state.conn, broken=True)
@@ -185,17 +193,17 @@ class ClaimLoop:
     def _after_work(self, state: _ThreadState, claimed: int, seconds: float) -> None:
         if state.polling:  # work again: another idle thread takes over the polling
             state.polling = False
-            self._idle_poller.release()
+            self.run_state.idle_poller.release()
         if claimed >= state.batch:  # a full batch: there may be more, wake a helper
-            self._signal.wake()
+            self.run_state.signal.wake()
         fast = seconds / claimed < FAST_JOB_SECONDS
-        state.batch = min(self.batch_size, state.batch * 2) if fast else 1
-        state.idle = self.min_poll_interval
+        state.batch = min(self.plan.batch_size, state.batch * 2) if fast else 1
+        state.idle = self.plan.min_poll_interval
 
     def _wait_idle(self, state: _ThreadState, seen: int) -> None:
         """Nothing to claim: one idle thread polls for all, the others wait for it (or a push)."""
         state.batch = 1
-        state.polling = state.polling or self._idle_poller.acquire(blocking=False)
+        state.polling = state.polling or self.run_state.idle_poller.acquire(blocking=False)
         if state.slots_full:  # look again soon, as a database without push wake-ups would
             state.idle = min(state.idle, SLOTS_FULL_POLL)
         if state.polling:
@@ -204,18 +212,18 @@ class ClaimLoop:
             if state.recheck <= EARLY_WAKE_LAST:
                 timeout, state.recheck = min(timeout, state.recheck), state.recheck * 2
         else:
-            timeout = max(FOLLOWER_WAIT, self.poll_interval or 0.0)
-        woken = state.waits.signal(self._signal, seen, timeout)
-        state.idle = self.min_poll_interval if woken else min(state.idle * 2, self.poll_interval)
+            timeout = max(FOLLOWER_WAIT, self.plan.poll_interval)
+        woken = state.waits.signal(self.run_state.signal, seen, timeout)
+        poll_interval = self.plan.poll_interval
+        state.idle = self.plan.min_poll_interval if woken else min(state.idle * 2, poll_interval)
 
     def _idle_timeout(self, conn: Connection, idle: float) -> float:
         """Where inserts push wake-ups, sleep no longer than until the next scheduled job:
         nothing else would wake the worker for it."""
-        assert self.notifier is not None
         if not self.notifier.pushes or idle < SHORT_SLEEP:
             return idle
         try:
-            due = self.context.queue_engine(conn).queries.next_due_in(conn, self.queues)
+            due = self.context.queue_engine(conn).queries.next_due_in(conn, self.plan.queues)
             conn.rollback()
         except Exception:  # only an optimisation: fall back to the poll interval
             log.debug("could not read the next due time", exc_info=True)
@@ -233,11 +241,12 @@ class ClaimLoop:
         claimed = 0
         seconds = 0.0
         state.slots_full = False
-        for offset in range(len(self.queues)):
-            if self.stopping:
+        queues = self.plan.queues
+        for offset in range(len(queues)):
+            if self.run_state.stopping:
                 break
-            queue = self.queues[(state.turn + offset) % len(self.queues)]
-            limit = self._reserve(state.batch)
+            queue = queues[(state.turn + offset) % len(queues)]
+            limit = self.run_state.reserve(state.batch)
             if limit == 0:
                 break
             result: BatchResult | None = None
@@ -245,7 +254,7 @@ class ClaimLoop:
             reserved = [limit]  # and what gathering a batch task's jobs adds
 
             def reserve(more: int, reserved: list[int] = reserved) -> int:
-                granted = self._reserve(more)
+                granted = self.run_state.reserve(more)
                 reserved[0] += granted
                 return granted
 
@@ -253,11 +262,11 @@ class ClaimLoop:
                 result = self._claim_and_run(conn, executor, engine, queue, limit, state, reserve)
                 committed = True
             finally:
-                self._settle(reserved[0], result if committed else None)
+                self.run_state.settle(reserved[0], result if committed else None)
             if result is not None:
                 claimed += result.succeeded + result.failed + result.cancelled
                 seconds += result.handler_seconds
-        self.summary.rounds += 1
+        self.run_state.summary.rounds += 1
         return claimed, seconds
 
     def _claim_and_run(
@@ -271,9 +280,9 @@ class ClaimLoop:
         reserve: Callable[[int], int],
     ) -> BatchResult | None:
         strategy = self.strategy
-        assert strategy is not None
         worker_id = executor.worker_id
-        slots = self.queue_limits.get(queue) if self.queue_limits else None
+        limits = self.plan.queue_limits
+        slots = limits.get(queue) if limits else None
         if slots is None:
 
             def claim() -> list[Any]:
@@ -289,17 +298,17 @@ class ClaimLoop:
                     jobs,
                     worker_id,
                     reserve=reserve,
-                    stopping=lambda: self.stopping,
-                    pause=lambda seconds: state.waits.backoff(self._signal, seconds),
+                    stopping=lambda: self.run_state.stopping,
+                    pause=lambda seconds: state.waits.backoff(self.run_state.signal, seconds),
                 )
 
-            return claim_and_run(executor, conn, engine, claim, lambda: self.stopping)
+            return claim_and_run(executor, conn, engine, claim, lambda: self.run_state.stopping)
         return claim_and_run(
             executor,
             conn,
             engine,
             lambda: self._claim_limited(conn, engine, queue, limit, slots, state, worker_id),
-            lambda: self.stopping,
+            lambda: self.run_state.stopping,
         )
 
     def _claim_limited(
@@ -315,7 +324,6 @@ class ClaimLoop:
         """A limited queue's claim: a slot first (the strategy's kind of lock), then as many
         jobs as the slot allows. All slots taken: nothing, and the thread notes it so that its
         idle wait stays short (a slot frees without any push: a job ends, a holder dies)."""
-        assert self.strategy is not None
         jobs = self.strategy.claim_limited(conn, engine.claims, queue, limit, worker_id, slots)
         if jobs is None:
             state.slots_full = True
@@ -327,8 +335,7 @@ class ClaimLoop:
         """Back off after a failed round. ``lost``: the connection broke (whatever the error
         that surfaced, e.g. a handler's own exception about it): a database error, not a bug."""
         failures = state.failures
-        dialect = self.strategy.dialect if self.strategy else None
-        if dialect is not None and dialect.is_transient(exc):
+        if self.strategy.dialect.is_transient(exc):
             log.info("transaction retried after a transient error: %s", _first_line(exc))
             state.waits.sleep(random.uniform(0.01, 0.1))
             return
@@ -337,8 +344,8 @@ class ClaimLoop:
             # backoff): retry soon, so that work resumes as soon as the server is back.
             if failures == 1 or failures % 10 == 0:
                 log.warning("%s; claims resume once it is back", exc)
-                self.context.registry.hooks.report(exc, self)
-            state.waits.backoff(self._signal, random.uniform(0.2, 0.6))
+                self.report(exc)
+            state.waits.backoff(self.run_state.signal, random.uniform(0.2, 0.6))
             return
         delay = min(MAX_RECONNECT_DELAY, 0.5 * 2 ** (failures - 1)) * random.uniform(0.8, 1.2)
         # A driver that connects outside the DBAPI's errors (asyncpg: the socket's own
@@ -348,32 +355,6 @@ class ClaimLoop:
             log.warning("database error (%s); reconnecting in %.1fs", _first_line(orig), delay)
         else:
             log.error("unexpected error in the worker loop; retrying in %.1fs", delay, exc_info=exc)
-        self.context.registry.hooks.report(exc, self)
-        with self._lock:
-            self.summary.reconnects += 1
-        state.waits.backoff(self._signal, delay)
-
-    def _budget_left(self) -> bool:
-        if self.max_jobs is None:
-            return True
-        with self._lock:
-            return self.summary.processed + self._reserved < self.max_jobs
-
-    def _reserve(self, wanted: int) -> int:
-        if self.max_jobs is None:
-            return wanted
-        with self._lock:
-            left = self.max_jobs - self.summary.processed - self._reserved
-            granted = max(0, min(wanted, left))
-            self._reserved += granted
-            return granted
-
-    def _settle(self, reserved: int, result: BatchResult | None) -> None:
-        """Return a claim's reservation and count what it committed."""
-        with self._lock:
-            if self.max_jobs is not None:
-                self._reserved -= reserved
-            if result is not None:
-                self.summary.succeeded += result.succeeded
-                self.summary.failed += result.failed
-                self.summary.cancelled += result.cancelled
+        self.report(exc)
+        self.run_state.count_reconnect()
+        state.waits.backoff(self.run_state.signal, delay)

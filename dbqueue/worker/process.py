@@ -5,14 +5,12 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy.engine import Connection
 
 from dbqueue.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from dbqueue.worker.runner import Worker
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -20,12 +18,13 @@ log = logging.getLogger("dbqueue.worker")
 class SignalHandlers:
     """SIGTERM/SIGINT stop claiming and let running jobs finish (only from the main thread)."""
 
-    def __init__(self, worker: Worker | None) -> None:
-        self.worker = worker
+    def __init__(self, stop: Callable[[], None] | None) -> None:
+        """``stop``: the worker's; None installs nothing."""
+        self.stop = stop
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> None:
-        if self.worker is None or threading.current_thread() is not threading.main_thread():
+        if self.stop is None or threading.current_thread() is not threading.main_thread():
             return
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.previous[signum] = signal.signal(signum, self._handle)
@@ -35,12 +34,12 @@ class SignalHandlers:
             signal.signal(signum, handler)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        assert self.worker is not None
+        assert self.stop is not None
         log.info(
             "%s received: no new jobs will be claimed; waiting for running jobs to finish",
             signal.Signals(signum).name,
         )
-        self.worker.stop()
+        self.stop()
 
 
 def discard(conn: Connection | None, broken: bool = False) -> None:

@@ -6,41 +6,54 @@ from __future__ import annotations
 
 import logging
 import queue as queue_module
-import threading
 import time
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
 
-from dbqueue.base.wakeup import WakeSignal
 from dbqueue.job import Job
 from dbqueue.worker.executor import BatchExecutor
 from dbqueue.worker.handlers import cancel_message, timeout_message
 from dbqueue.worker.process import first_line as _first_line
+from dbqueue.worker.state import RunState
 from dbqueue.worker.watchdog import CANCEL, Slot
 
 if TYPE_CHECKING:
     from dbqueue.runtime.context import RuntimeContext
     from dbqueue.strategies import ClaimStrategy
-    from dbqueue.worker.runner import WorkerSummary
 
 log = logging.getLogger("dbqueue.worker")
 
 
 class AbandonedThreads:
-    """The watchdog's side of ``Worker`` (a mixin: the attributes below are the Worker's)."""
+    """What the watchdog's ``on_stuck`` does for a worker: its threads given up on are
+    recovered here, and handed to the supervisor (``given_up``) to be replaced."""
 
-    context: RuntimeContext
-    name: str
-    timeout_grace: float
-    strategy: ClaimStrategy | None
-    summary: WorkerSummary
-    _engine: Engine | None
-    _signal: WakeSignal
-    _lock: threading.Lock
-    _abandoned: queue_module.SimpleQueue[Slot]
+    def __init__(
+        self,
+        context: RuntimeContext,
+        worker_name: str,
+        timeout_grace: float,
+        engine: Engine,
+        strategy: ClaimStrategy,
+        run_state: RunState,
+    ) -> None:
+        self.context = context
+        self.worker_name = worker_name
+        self.timeout_grace = timeout_grace
+        self.engine = engine
+        self.strategy = strategy
+        self.run_state = run_state
+        self._given_up: queue_module.SimpleQueue[Slot] = queue_module.SimpleQueue()
 
-    def _on_stuck(self, slot: Slot) -> None:
+    def given_up(self) -> list[Slot]:
+        """The slots recovered since the last call: their threads need a replacement."""
+        found = []
+        while not self._given_up.empty():
+            found.append(self._given_up.get())
+        return found
+
+    def on_stuck(self, slot: Slot) -> None:
         """A handler stayed blocked past its timeout and the grace period (watchdog thread).
 
         Its thread is already marked abandoned, so it will never write again. End its database
@@ -48,7 +61,6 @@ class AbandonedThreads:
         SQLite's write lock) is released; record the timed-out attempt in a transaction of our
         own; ask the supervisor for a replacement thread.
         """
-        assert self._engine is not None and self.strategy is not None
         job = slot.job
         assert job is not None
         log.error(
@@ -62,23 +74,21 @@ class AbandonedThreads:
             "JobCancelledError" if slot.reason == CANCEL else "JobTimeoutError",
             slot.index,
         )
-        with self._lock:
-            self.summary.abandoned_threads += 1
+        self.run_state.count_abandoned_thread()
         try:
             self._end_connection(slot)
             self._record_abandoned(slot, job)
         finally:
-            self._abandoned.put(slot)
-            self._signal.wake()
+            self._given_up.put(slot)
+            self.run_state.signal.wake()
 
     def _end_connection(self, slot: Slot) -> None:
-        assert self._engine is not None and self.strategy is not None
         fairy = getattr(slot.connection, "connection", None) if slot.connection else None
         dbapi_connection = getattr(fairy, "dbapi_connection", None)
         if dbapi_connection is None:
             return
         try:
-            ended = self.strategy.dialect.end_connection(self._engine, dbapi_connection)
+            ended = self.strategy.dialect.end_connection(self.engine, dbapi_connection)
         except Exception as exc:
             log.warning("could not end the stuck thread's connection: %s", _first_line(exc))
             return
@@ -90,8 +100,7 @@ class AbandonedThreads:
             )
 
     def _record_abandoned(self, slot: Slot, job: Job) -> None:
-        assert self._engine is not None and self.strategy is not None
-        executor = BatchExecutor(self.context, self.strategy, f"{self.name}:watchdog")
+        executor = BatchExecutor(self.context, self.strategy, f"{self.worker_name}:watchdog")
         cancelled = slot.reason == CANCEL
         size = len(slot.group or [job])
         what = cancel_message(job) if cancelled else timeout_message(job, slot.timeout, size)
@@ -104,19 +113,17 @@ class AbandonedThreads:
         if not cancelled:
             message = f"JobTimeoutError: {message}"
         record = executor.record_cancelled if cancelled else executor.record_failure
-        worker_id = f"{self.name}:{slot.index}"
+        worker_id = f"{self.worker_name}:{slot.index}"
         # The handler's call: one job, or a batch handler's jobs (of which a cancel request
         # ends only those it named; the others go back with the rest of the claim).
         group = [
-            member
-            for member in slot.group or [job]
-            if not cancelled or member._cancel_requested_at is not None
+            member for member in slot.group or [job] if not cancelled or member.cancel_requested()
         ]
         others = [other for other in slot.batch if all(other is not m for m in group)]
         changed = 0
         for attempt in range(5):
             try:
-                with self._engine.connect() as conn:
+                with self.engine.connect() as conn:
                     engine = self.context.queue_engine(conn)
                     # The abandoned thread's claim, recorded by the watchdog's executor.
                     fence = self.strategy.fence(worker_id).recorded_by(executor.worker_id)
@@ -135,8 +142,7 @@ class AbandonedThreads:
                 time.sleep(0.5 * (attempt + 1))
         if not changed:  # the thread recorded it itself before it was given up on: counted there
             return
-        with self._lock:
-            if cancelled:
-                self.summary.cancelled += changed
-            else:
-                self.summary.failed += changed
+        if cancelled:
+            self.run_state.count_recorded(cancelled=changed)
+        else:
+            self.run_state.count_recorded(failed=changed)

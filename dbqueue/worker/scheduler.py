@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from dbqueue.base.service import Service
 from dbqueue.errors import DbqueueError
 from dbqueue.runtime.periodic import Enqueued, enqueue_due
 from dbqueue.tasks.schedules import UTC, Schedule
@@ -34,7 +34,10 @@ RETRY_SECONDS = 1.0
 MAX_SLEEP_SECONDS = 60.0
 
 
-class Scheduler:
+class Scheduler(Service):
+    name = "dbqueue-periodic"
+    stop_timeout = 30.0
+
     def __init__(
         self,
         context: RuntimeContext,
@@ -43,33 +46,24 @@ class Scheduler:
         enqueued: Enqueued | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__()
         self.context = context
         self.engine = engine
         self.schedules = list(schedules)
         self.enqueued = enqueued
         self.clock = clock
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         #: Schedule name → when (epoch seconds) to check it next; 0: at once.
         self._next_check = {s.name: 0.0 for s in self.schedules}
         self._failing = False
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="dbqueue-periodic", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
+    def run(self) -> None:
+        while not self.stopping:
             self.check(self.clock())
+            self.iterations.add()
             wake_at = min(self._next_check.values())
             delay = min(wake_at - self.clock(), MAX_SLEEP_SECONDS)
             if delay > 0:
-                self._stop.wait(delay)
+                self.wait_for_stop(delay)
 
     def check(self, now: float) -> None:
         """Enqueue the due ticks of the schedules whose check time has come."""
@@ -78,7 +72,7 @@ class Scheduler:
             return
         when = dt.datetime.fromtimestamp(now, UTC)
         try:
-            enqueue_due(self.context, self.engine, due, when, self.enqueued, self._stop.is_set)
+            enqueue_due(self.context, self.engine, due, when, self.enqueued, lambda: self.stopping)
         except Exception as exc:  # the thread must outlive any failure: next try in a second
             self._failed(exc)
             for schedule in due:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dbqueue.base.service import Service
 from dbqueue.errors import JobCancelledError, JobTimeoutError
 from dbqueue.job import Job
 
@@ -103,13 +104,16 @@ def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> No
     )
 
 
-class Watchdog:
+class Watchdog(Service):
     """Watches the armed slots; ``on_stuck(slot)`` runs (in a thread of its own) for a handler
     that outlived its timeout (or the notice of a cancel request) by ``grace`` seconds."""
+
+    name = "dbqueue-watchdog"
 
     def __init__(
         self, grace: float, on_stuck: Callable[[Slot], None], cancel_notice: float = CANCEL_NOTICE
     ) -> None:
+        super().__init__()
         self.grace = grace
         self.on_stuck = on_stuck
         self.cancel_notice = cancel_notice
@@ -119,20 +123,12 @@ class Watchdog:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._wake_at = math.inf
-        self._stopped = False
-        self._thread: threading.Thread | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="dbqueue-watchdog", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
+    def interrupt(self) -> None:
+        """The loop waits on the slots' condition: stopping is checked under it."""
         with self._cond:
-            self._stopped = True
             self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(5)
 
     def slot(self, index: int) -> Slot:
         """A slot for the calling worker thread."""
@@ -239,11 +235,11 @@ class Watchdog:
         return reached
 
     # ---- the watchdog thread ------------------------------------------------------------------
-    def _loop(self) -> None:
+    def run(self) -> None:
         while True:
             stuck: list[Slot] = []
             with self._cond:
-                if self._stopped:
+                if self.stopping:
                     return
                 now = time.monotonic()
                 wake_at = now + _LONGEST_NAP
@@ -274,6 +270,7 @@ class Watchdog:
                 threading.Thread(
                     target=self._give_up, args=(slot,), name="dbqueue-timeout", daemon=True
                 ).start()
+            self.iterations.add()
 
     def _give_up(self, slot: Slot) -> None:
         try:
