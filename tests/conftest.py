@@ -23,6 +23,7 @@ from support.backends import (  # noqa: E402
     BACKENDS,
     DEFAULT_STRATEGY,
     Backend,
+    backend_keys,
     database_keys,
     prepare_database,
     requires_backend,
@@ -141,6 +142,20 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
 def database(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Every database once, with its default strategy (for tests that are not about claims)."""
     yield _backend(request, f"{request.param}-{DEFAULT_STRATEGY[request.param]}")
+
+
+@pytest.fixture(scope="module", params=database_keys())
+def each_database(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Every database once per module, with its default strategy, its tables emptied once:
+    for tests that work on tables of their own, or queues of their own."""
+    yield _backend(request, request.param)
+
+
+@pytest.fixture(scope="module", params=backend_keys())
+def each_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Every (database, strategy) pair once per module, its tables emptied once: for tests
+    that each use queues of their own."""
+    yield _backend(request, request.param)
 
 
 @pytest.fixture(params=database_keys(lambda spec: spec.has_async_driver))

@@ -166,8 +166,8 @@ class Capabilities:
         return {spec.strategy for spec in BACKENDS.values() if spec.database == self.database}
 
     def lock_wait_limit(self, seconds: int) -> str:
-        """SQL making this session's waits for a row lock fail after ``seconds``."""
-        return LOCK_WAIT_LIMIT[self.database].format(seconds=seconds)
+        """SQL making this session's waits for a lock fail after ``seconds``."""
+        return LOCK_WAIT_LIMIT[self.database].format(seconds=seconds, milliseconds=seconds * 1000)
 
 
 def _overrides(dialect_class: type[dialects.Dialect], method: str) -> bool:
@@ -230,12 +230,13 @@ DEFAULT_STRATEGY = {
     "sqlite": "sqlite",
     "singlestore": "lock_server",
 }
-#: SQL limiting a session's wait for a row lock, per database that locks rows.
+#: SQL limiting a session's wait for a lock (a row's, or the database's one write lock).
 LOCK_WAIT_LIMIT = {
     "postgresql": "SET lock_timeout = '{seconds}s'",
     "mysql": "SET SESSION innodb_lock_wait_timeout = {seconds}",
     # (the SingleStore path runs on MariaDB)
     "singlestore": "SET SESSION innodb_lock_wait_timeout = {seconds}",
+    "sqlite": "PRAGMA busy_timeout = {milliseconds}",
 }
 
 
