@@ -35,6 +35,8 @@ from dbqueue.base.wakeup import PollingOnly
 from dbqueue.dialects import WRITE_INTENT, Dialect
 from dbqueue.errors import ConfigurationError, StrategyNotSupportedError
 from dbqueue.schema.types import JsonText, UtcDateTime
+from dbqueue.strategies.advisory_lock import AdvisoryLockStrategy
+from dbqueue.strategies.skip_locked import SkipLockedStrategy
 
 CHECKLIST = Checklist(Dialect)
 covers = CHECKLIST.covers
@@ -71,16 +73,7 @@ class Connected:
     @contextlib.contextmanager
     def impatient(self, seconds: int = 1) -> Iterator[sa.Engine]:
         """An engine whose connections give up on a lock after ``seconds``."""
-        engine = dialects.create_engine(self.backend.url)
-        limit = self.backend.lock_wait_limit(seconds)
-
-        @sa.event.listens_for(engine, "connect")
-        def _limit(dbapi_connection: Any, record: Any) -> None:
-            cursor = dbapi_connection.cursor()
-            cursor.execute(limit)  # a session setting: no Core construct
-            cursor.close()
-            dbapi_connection.commit()
-
+        engine = self.backend.impatient_engine(seconds)
         try:
             yield engine
         finally:
@@ -579,7 +572,7 @@ def test_skip_locked_skips_a_row_another_transaction_locked_or_is_refused(db: Co
     if not d.supports_skip_locked:
         reason = re.escape(d.skip_locked_unsupported_reason())
         with pytest.raises(StrategyNotSupportedError, match=reason):
-            strategies.create("skip_locked", d)
+            SkipLockedStrategy(d)
         return
     held, free = add_rows(db, "held", "free")
     both = db.rows.c.id.in_([held, free])
@@ -617,7 +610,7 @@ def test_named_locks_belong_to_one_connection_or_are_refused(db: Connected) -> N
             d.unlock(name)
         assert d.try_lock_named_by(prefix) is None and d.unlock_named_by(prefix) is None
         with pytest.raises(StrategyNotSupportedError, match=reason):
-            strategies.create("advisory_lock", d)
+            AdvisoryLockStrategy(d)
         return
     with db.engine.connect() as a, db.engine.connect() as b:
         assert _taken(a, d.try_lock(name)) and not _taken(b, d.try_lock(name))

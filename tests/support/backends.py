@@ -366,6 +366,20 @@ class Backend(Capabilities):
     def engine(self) -> sa.Engine:
         return self.app().create_engine()
 
+    def impatient_engine(self, seconds: int) -> sa.Engine:
+        """An engine whose connections give up waiting for a lock after ``seconds``."""
+        engine = self.engine()
+        limit = self.lock_wait_limit(seconds)
+
+        @sa.event.listens_for(engine, "connect")
+        def _limit(dbapi_connection: Any, record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute(limit)  # a session setting: no Core construct
+            cursor.close()
+            dbapi_connection.commit()
+
+        return engine
+
     def status_seen_elsewhere(self, job_id: int) -> str:
         """The job's status as another connection sees it (what is committed): read in the
         middle of a worker's transaction, it tells which of its writes committed apart."""
