@@ -60,8 +60,8 @@ def test_the_commit_watch_sees_changes_not_empty_claims(commit_watched_database)
     """What wakes an idle SQLite worker: a commit that changed the database, from any
     connection; not an idle worker's claim that found nothing (it changes no page), so idle
     workers never wake one another."""
-    sqlite = commit_watched_database
-    app = sqlite.app()
+    database = commit_watched_database
+    app = database.app()
 
     @app.task("t")
     def t(job, session):
@@ -71,12 +71,12 @@ def test_the_commit_watch_sees_changes_not_empty_claims(commit_watched_database)
     watch.open()
     try:
         assert not watch.changed()
-        sqlite.run_worker(app)  # claims on an empty queue
+        database.run_worker(app)  # claims on an empty queue
         assert not watch.changed()
         app.enqueue(None, "t", {})
         assert watch.changed()
         assert not watch.changed()  # seen once
-        sqlite.run_worker(app)
+        database.run_worker(app)
         assert watch.changed()  # the job ran: its success was committed
     finally:
         watch.close()
@@ -87,8 +87,8 @@ def test_a_commit_watching_caller_is_told_to_look_again_after_a_commit_elsewhere
 ):
     """``app.call`` on SQLite: the caller's watch says "look again" after a commit by any other
     connection (a worker's completion among them), besides its own polls."""
-    sqlite = commit_watched_database
-    app = sqlite.app()
+    database = commit_watched_database
+    app = database.app()
     told: list[list[int] | None] = []
     watch = dialect_of(app).finish_listener(app.engine, app.names.qualified_jobs, told.append)
     assert watch is not None
@@ -97,7 +97,7 @@ def test_a_commit_watching_caller_is_told_to_look_again_after_a_commit_elsewhere
         assert watch.listening.wait(10)
         wait_for(lambda: told, 10, "the watch's first look")  # after connecting: look once
         told.clear()
-        sqlite.app().enqueue(None, "t", {})  # another App: a commit from another connection
+        database.app().enqueue(None, "t", {})  # another App: a commit from another connection
         wait_for(lambda: told, 10, "the watch to see the commit")
         assert set(map(repr, told)) == {"None"}
     finally:
@@ -105,9 +105,9 @@ def test_a_commit_watching_caller_is_told_to_look_again_after_a_commit_elsewhere
 
 
 def test_the_listener_reconnects_after_losing_its_connection(notifying_database):
-    postgresql = notifying_database
-    with IdleWorker(postgresql.app(), postgresql.strategy) as running:
-        other = postgresql.app()
+    database = notifying_database
+    with IdleWorker(database.app(), database.strategy) as running:
+        other = database.app()
         with other.engine.begin() as conn:
             killed = conn.execute(
                 sa.text(
