@@ -23,6 +23,8 @@ from support.backends import (  # noqa: E402
     BACKENDS,
     DEFAULT_STRATEGY,
     Backend,
+    backend_keys,
+    database_keys,
     prepare_database,
     requires_backend,
 )
@@ -94,7 +96,7 @@ def _backend(request: pytest.FixtureRequest, key: str) -> Backend:
         prepare_database(url, spec.prefix)
         prepared[spec.database] = url
     server = None
-    if spec.strategy == "lock_server":
+    if spec.claims_through_lock_server:
         server = _server_for(request, spec.database, url, spec.prefix)
     backend = Backend(spec.key, spec.database, spec.strategy, url, spec.prefix, server)
     backend.reset()
@@ -108,10 +110,10 @@ def lock_server(request: pytest.FixtureRequest):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """SingleStore has no asyncio driver: its async-handler cases are not generated (a test
+    """A database without an asyncio driver (SingleStore) gets no async-handler cases (a test
     proves the worker refuses them at start-up, naming the fix). In pytest-xdist's workers the
     longest files come first (support/scheduling.py)."""
-    items[:] = [item for item in items if not _async_on_singlestore(item)]
+    items[:] = [item for item in items if not _async_without_driver(item)]
     if hasattr(config, "workerinput"):
         scheduling.order(items)
 
@@ -124,11 +126,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, AN
     return None
 
 
-def _async_on_singlestore(item: pytest.Item) -> bool:
+def _async_without_driver(item: pytest.Item) -> bool:
     params = getattr(getattr(item, "callspec", None), "params", {})
-    return params.get("kind") == "async" and str(params.get("backend", "")).startswith(
-        "singlestore"
-    )
+    spec = BACKENDS.get(str(params.get("backend", "")))
+    return params.get("kind") == "async" and spec is not None and not spec.has_async_driver
 
 
 @pytest.fixture(params=sorted(BACKENDS), ids=lambda key: key)
@@ -143,10 +144,36 @@ def database(request: pytest.FixtureRequest) -> Iterator[Backend]:
     yield _backend(request, f"{request.param}-{DEFAULT_STRATEGY[request.param]}")
 
 
-@pytest.fixture(params=["mysql", "postgresql", "sqlite"])
+@pytest.fixture(scope="module", params=database_keys())
+def each_database(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Every database once per module, with its default strategy, its tables emptied once:
+    for tests that work on tables of their own, or queues of their own."""
+    yield _backend(request, request.param)
+
+
+@pytest.fixture(scope="module", params=backend_keys())
+def each_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Every (database, strategy) pair once per module, its tables emptied once: for tests
+    that each use queues of their own."""
+    yield _backend(request, request.param)
+
+
+@pytest.fixture(params=database_keys(lambda spec: spec.has_async_driver))
 def async_database(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Every database with an asyncio driver once, with its default strategy."""
-    yield _backend(request, f"{request.param}-{DEFAULT_STRATEGY[request.param]}")
+    yield _backend(request, request.param)
+
+
+@pytest.fixture(params=database_keys(lambda spec: spec.inserts_notify))
+def notifying_database(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Every database whose inserts NOTIFY listening workers once, with its default strategy."""
+    yield _backend(request, request.param)
+
+
+@pytest.fixture(params=database_keys(lambda spec: spec.single_writer and spec.inserts_wake_workers))
+def commit_watched_database(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Every single-writer database whose workers watch its commits once (default strategy)."""
+    yield _backend(request, request.param)
 
 
 @pytest.fixture

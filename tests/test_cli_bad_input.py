@@ -36,7 +36,7 @@ def sqlite_url(tmp_path) -> str:
 
 def test_wrong_credentials(database, tmp_path):
     url = sa.engine.make_url(database.url)
-    if database.database == "sqlite":
+    if not database.has_server:
         wrong = f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}"
     else:
         wrong = url.set(username="dbqueue_nobody", password="s3cret-pw").render_as_string(False)

@@ -144,7 +144,7 @@ def test_with_no_url_only_migrate_creates_the_default_database(workdir, case):
 
 
 def wrong_url(database, tmp_path: Path) -> str:
-    if database.database == "sqlite":
+    if not database.has_server:
         return f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}"
     return sa.engine.make_url(database.url).set(database="cli_no_such_db").render_as_string(False)
 

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
-from support.backends import BACKENDS, effects
+from support.backends import backend_keys, effects
 from support.idle_worker import IdleWorker
 
 import dbqueue
@@ -217,11 +217,12 @@ def test_an_async_connection_commit_wakes_this_process_workers(database):
     _wakes_idle_worker(database, "connection")
 
 
-def test_an_async_enqueue_from_another_app_wakes_postgresql_workers(postgresql):
-    """No in-process wake-up reaches the worker: the insert's NOTIFY (sent by asyncpg's
-    commit) does."""
-    with IdleWorker(postgresql.app(), postgresql.strategy) as running:
-        other = postgresql.app()
+def test_an_async_enqueue_from_another_app_wakes_workers_through_notify(notifying_database):
+    """No in-process wake-up reaches the worker: the insert's NOTIFY (sent by the asyncio
+    driver's commit) does."""
+    database = notifying_database
+    with IdleWorker(database.app(), database.strategy) as running:
+        other = database.app()
 
         async def enqueue() -> int:
             try:
@@ -234,7 +235,7 @@ def test_an_async_enqueue_from_another_app_wakes_postgresql_workers(postgresql):
 
 
 @pytest.mark.parametrize(
-    "backend", sorted(key for key in BACKENDS if key.endswith("-lock_server")), indirect=True
+    "backend", backend_keys(lambda spec: spec.claims_through_lock_server), indirect=True
 )
 def test_an_async_enqueue_from_another_app_wakes_workers_through_the_lock_server(backend):
     """No in-process wake-up reaches the worker: the hint the commit sends the lock server

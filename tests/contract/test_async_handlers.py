@@ -15,7 +15,7 @@ import sqlalchemy as sa
 import test_processes as processes
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from support.backends import PREFIX, effects
+from support.backends import PREFIX, backend_keys, database_keys, effects
 
 import dbqueue
 
@@ -67,8 +67,12 @@ def test_an_async_handler_writes_through_its_async_session_in_the_job_transactio
         engine.dispose()
 
 
-# Not SQLite: its one write lock lets one batch run at a time in the whole database.
-@pytest.mark.parametrize("async_database", ["mysql", "postgresql"], indirect=True)
+# Not a single-writer database (SQLite): its one write lock lets one batch run at a time.
+@pytest.mark.parametrize(
+    "async_database",
+    database_keys(lambda spec: spec.has_async_driver and not spec.single_writer),
+    indirect=True,
+)
 def test_one_worker_runs_async_handlers_on_its_loop_and_plain_ones_on_threads(async_database):
     """A plain handler that blocks its thread until an async handler has run proves the two
     kinds run side by side in one worker (concurrency 2): the plain one is not on the loop."""
@@ -151,13 +155,16 @@ def test_sigterm_lets_the_running_async_handler_finish_then_exits_zero(async_dat
     )
 
 
-@pytest.mark.parametrize("backend", ["singlestore-lock_server"], indirect=True)
-def test_singlestore_refuses_async_handlers_at_start_up(backend):
+@pytest.mark.parametrize(
+    "backend", backend_keys(lambda spec: not spec.has_async_driver), indirect=True
+)
+def test_a_database_without_an_asyncio_driver_refuses_async_handlers_at_start_up(backend):
     app = backend.app()
 
     @app.task("a")
     async def a(job, session):
         return None
 
-    with pytest.raises(dbqueue.ConfigurationError, match="singlestore has no asyncio driver"):
+    expected = f"{backend.dialect_class.name} has no asyncio driver"
+    with pytest.raises(dbqueue.ConfigurationError, match=expected):
         backend.run_worker(app)

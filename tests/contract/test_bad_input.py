@@ -65,8 +65,8 @@ def test_rows_written_by_hand_are_refused_or_handled_and_never_stop_the_worker(d
     assert ids["null task"] is None and ids["null run_at"] is None
     # Typed columns: PostgreSQL and MariaDB refuse what SQLite stores as text. The JSON type
     # checks payloads on PostgreSQL and MariaDB; the SingleStore path keeps LONGTEXT (SQLite text).
-    typed = database.database != "sqlite"
-    json_checked = database.database in ("postgresql", "mysql")
+    typed = database.typed_columns
+    json_checked = database.checks_json
     for what in list(HAND_WRITTEN)[3:]:
         if what == "unknown status":
             continue
@@ -162,7 +162,7 @@ def test_unsafe_queue_names_are_refused_at_every_other_entry_point(database):
 
 def test_wrong_credentials_are_one_clear_error_without_the_password(database):
     url = sa.engine.make_url(database.url)
-    if database.database == "sqlite":  # no credentials: a database that cannot be opened
+    if not database.has_server:  # no credentials: a database that cannot be opened
         wrong = f"sqlite:///{url.database}.missing-dir/x.db"
     else:
         wrong = url.set(username="dbqueue_nobody", password="s3cret-pw").render_as_string(False)
@@ -176,7 +176,7 @@ def test_wrong_credentials_are_one_clear_error_without_the_password(database):
 
 
 def test_an_unreachable_server_is_one_clear_error(database):
-    if database.database == "sqlite":
+    if not database.has_server:  # no port of its own: another database's, where none listens
         url = "postgresql+psycopg2://postgres@127.0.0.1:1/test"
     else:
         url = sa.engine.make_url(database.url).set(port=1).render_as_string(False)

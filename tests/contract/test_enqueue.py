@@ -81,7 +81,7 @@ def test_an_own_transaction_enqueue_is_one_statement_and_leaves_the_connection_a
     sa.event.remove(app.engine, "before_cursor_execute", note)
     assert [job["id"] for job in database.jobs()] == [job_id, keyed]
     inserts = [autocommit for verb, autocommit in seen if verb == "INSERT"]
-    if database.database == "postgresql":
+    if database.one_statement_commits_alone:
         assert inserts[0] is True and inserts[-1] is False
     with app.engine.connect() as conn:
         conn.begin()
@@ -224,7 +224,7 @@ def test_enqueue_many_ids_are_the_rows_ids_after_deletes_and_uneven_increments(d
     engine = database.engine()
     returned: list[int] = []
     try:
-        for step in (1, 2) if engine.dialect.name == "mysql" else (1,):
+        for step in (1, 2) if database.ids_follow_session_increment else (1,):
             for call in range(3):
                 with engine.connect() as conn:
                     if step == 2:

@@ -11,18 +11,16 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from support.backends import BACKENDS, effects
+from support.backends import backend_keys, effects
 
 from dbqueue.strategies.locks import job_lock_name
 from dbqueue.worker.claimed import claim_and_run
 from dbqueue.worker.executor import BatchExecutor
 
-LOCK_BACKENDS = sorted(key for key, spec in BACKENDS.items() if spec.commits_claims)
+LOCK_BACKENDS = backend_keys(lambda spec: spec.commits_claims)
 #: Database locks: their claims name the jobs' locks in SQL (a lock server's are named in its
 #: messages, by ``job_lock_name``, so there is no second naming to keep equal).
-DATABASE_LOCK_BACKENDS = sorted(
-    key for key, spec in BACKENDS.items() if spec.strategy == "advisory_lock"
-)
+DATABASE_LOCK_BACKENDS = backend_keys(lambda spec: spec.claims_under_database_locks)
 
 
 @pytest.fixture
@@ -198,7 +196,7 @@ def test_a_batch_outcome_commits_with_its_handlers_writes_and_alone_only_when_no
                     )
                     claim_and_run(executor, conn, queue_engine, claim, lambda: False)
                     assert not conn.in_transaction()
-                    if backend.database == "postgresql":
+                    if backend.statements_commit_alone:
                         assert conn.connection.dbapi_connection.autocommit is False
                 ran[task, lost] = app.get_job(job_id)
     finally:
@@ -212,5 +210,5 @@ def test_a_batch_outcome_commits_with_its_handlers_writes_and_alone_only_when_no
     assert ran["writes", True]["worker_id"] == ran["quiet", True]["worker_id"] == "other:1:0"
     # The handler that wrote and kept its job committed its row; the one taken over did not.
     assert backend.effect_ids() == [ran["writes", False]["id"]]
-    if backend.database == "postgresql":  # the writer's outcome in its transaction, alone else
+    if backend.statements_commit_alone:  # the writer's outcome in its transaction, alone else
         assert autocommit[:2] == [False, False] and autocommit[2:] == [True, True]

@@ -107,7 +107,7 @@ def test_rescue_retries_running_jobs_nobody_holds(backend):
         )
     result = app.run_maintenance("rescue", strategy=backend.strategy)
     job = app.get_job(job_id)
-    if backend.database == "sqlite" and backend.strategy != "lock_server":
+    if not backend.knows_live_workers:
         # No named locks: nothing can tell a live worker from a dead one, so nothing is touched.
         assert result.endswith("to tell a live worker from a dead one")
         assert job["status"] == "running"
@@ -121,7 +121,7 @@ def test_renotify_wakes_listeners_where_the_database_pushes(database):
     app = database.app()
     app.enqueue(None, "t", {}, queue="q1")
     app.enqueue(None, "t", {}, queue="q2", delay=3600)  # not runnable: not notified
-    if database.strategy == "lock_server":  # SingleStore: the lock server pushes
+    if database.claims_through_lock_server:  # SingleStore: the lock server pushes
         host, port = database.server.rsplit(":", 1)
         with RawClient(host, int(port)) as subscriber:
             assert subscriber.hello()["ok"]
@@ -129,7 +129,7 @@ def test_renotify_wakes_listeners_where_the_database_pushes(database):
             assert app.run_maintenance("renotify") == "notified 1 queue(s): q1"
             assert subscriber.receive() == {"op": "wake", "queue": "q1"}
         return
-    if database.database != "postgresql":
+    if not database.inserts_notify:
         assert app.run_maintenance("renotify") == "no push channel here: workers poll"
         return
     listener = app.create_engine()
@@ -150,8 +150,8 @@ def test_renotify_wakes_listeners_where_the_database_pushes(database):
         listener.dispose()
 
 
-def test_insert_trigger_notifies_once_per_statement_and_queue(postgresql):
-    app = postgresql.app()
+def test_insert_trigger_notifies_once_per_statement_and_queue(notifying_database):
+    app = notifying_database.app()
     listener = app.create_engine()
     raw = listener.raw_connection()
     try:

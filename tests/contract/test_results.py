@@ -317,7 +317,7 @@ def test_only_the_end_of_an_awaited_job_is_pushed(backend):
     heard: list[str] = []
     stop = threading.Event()
     listening = threading.Event()
-    if backend.strategy == "lock_server":
+    if backend.claims_through_lock_server:
         client = lockserver_client.connect(parse_address(backend.server), token=None, timeout=5)
         client.wait_connected(5)
     else:

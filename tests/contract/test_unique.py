@@ -141,7 +141,7 @@ def test_a_rolled_back_enqueue_holds_nothing(database):
     jobs = keyed(app, "k")
     assert [j["id"] for j in jobs] == found
     assert jobs[0]["payload"] == {"n": 2}
-    assert rolled_back not in found or database.database == "sqlite"  # SQLite reuses rowids
+    assert rolled_back not in found or database.reuses_rolled_back_ids
 
 
 def test_skip_replace_and_rerun_while_the_holder_waits(database):
@@ -236,7 +236,7 @@ def test_rerun_while_the_holder_runs_in_a_worker_schedules_one_follow_up(backend
     worker = start_worker(backend, log)
     try:
         wait_for(started.exists, 60, "the holder to start", log)
-        if backend.database == "sqlite":
+        if backend.single_writer:
             follow = [enqueue_while_the_batch_holds_the_write_lock(app, release)]
         else:
             assert app.enqueue(None, "effect", {"v": 1}, unique_key="doc:7") == first

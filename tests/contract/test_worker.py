@@ -9,6 +9,7 @@ import pytest
 from support.backends import effects
 
 import dbqueue
+from dbqueue import strategies
 
 
 def effect_app(backend, **options):
@@ -92,27 +93,22 @@ def test_missing_schema_tells_the_user_to_migrate(backend):
         app.enqueue(None, "t", {})
 
 
-SUPPORTED = {
-    "postgresql": {"skip_locked", "advisory_lock", "lock_server"},
-    "mysql": {"skip_locked", "advisory_lock", "lock_server"},
-    "sqlite": {"sqlite", "lock_server"},
-    "singlestore": {"lock_server"},
-}
+UNKNOWN_STRATEGY = "no_such_strategy"
 
 
-@pytest.mark.parametrize(
-    "strategy", ["skip_locked", "advisory_lock", "sqlite", "lock_server", "no_such_strategy"]
-)
+@pytest.mark.parametrize("strategy", [*strategies.STRATEGY_NAMES, UNKNOWN_STRATEGY])
 def test_a_strategy_the_database_cannot_do_is_refused_at_start_up(database, strategy, lock_server):
+    """Every strategy BACKENDS pairs with the database runs; every other one is refused."""
     app = effect_app(database)
-    if strategy in SUPPORTED[database.database]:
-        server = lock_server(database) if strategy == "lock_server" else None
+    if strategy in database.paired_strategies:
+        through_server = strategies.STRATEGIES[strategy].claims_through_lock_server
+        server = lock_server(database) if through_server else None
         assert app.run_worker(
             strategy=strategy, lock_server=server, burst=True, install_signal_handlers=False
         )
         return
     error = dbqueue.ConfigurationError  # an unknown name
-    if strategy != "no_such_strategy":
+    if strategy != UNKNOWN_STRATEGY:
         error = dbqueue.StrategyNotSupportedError
     with pytest.raises(error) as raised:
         app.run_worker(strategy=strategy, burst=True, install_signal_handlers=False)

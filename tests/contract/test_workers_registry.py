@@ -68,7 +68,7 @@ def test_registry_running_and_metrics_of_a_real_worker(backend, tmp_path):
     metrics.instrument(app, registry=enqueues)
     release = tmp_path / "release"
     # SQLite runs one batch at a time (its one write lock): one job blocks there, two elsewhere.
-    running = 1 if backend.database == "sqlite" else 2
+    running = 1 if backend.single_writer else 2
     started = [tmp_path / f"started-{n}" for n in range(running)]
     blocked = [
         app.enqueue(None, "block", {"started": str(f), "release": str(release)}, queue=QUEUE)

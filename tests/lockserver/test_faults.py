@@ -17,19 +17,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.backends import BACKENDS, effect_rows
+from support.backends import BACKENDS, backend_keys, effect_rows
 from support.lockserver import RawClient, ServerProcess, start_server
 from support.waiting import wait_for
 
 from dbqueue.strategies.locks import job_lock_name
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "worker_process.py"
-LOCK_SERVER_BACKENDS = [
-    "postgresql-lock_server",
-    "mysql-lock_server",
-    "sqlite-lock_server",
-    "singlestore-lock_server",
-]
+LOCK_SERVER_BACKENDS = backend_keys(lambda spec: spec.claims_through_lock_server)
 #: Where a claim takes a lock per job on the server and commits ``running``: not SQLite, whose
 #: batch transaction holds the database's one write lock from the claim to the outcome, which
 #: is the claim (a killed worker's claim rolls back with it: ``test_processes.py``).

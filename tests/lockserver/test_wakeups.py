@@ -13,15 +13,11 @@ import time
 
 import pytest
 import sqlalchemy as sa
+from support.backends import backend_keys
 from support.idle_worker import HOUR, IdleWorker
 from support.lockserver import start_server
 
-LOCK_SERVER_BACKENDS = [
-    "postgresql-lock_server",
-    "mysql-lock_server",
-    "sqlite-lock_server",
-    "singlestore-lock_server",
-]
+LOCK_SERVER_BACKENDS = backend_keys(lambda spec: spec.claims_through_lock_server)
 
 pytestmark = pytest.mark.parametrize("backend", LOCK_SERVER_BACKENDS, indirect=True)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from support.backends import BACKENDS
+from support.backends import backend_keys
 
 import dbqueue
 from dbqueue.job import Status
@@ -68,9 +68,9 @@ def test_a_list_is_listed_again_once_too_old_or_forgotten() -> None:
 
 
 #: The lock_server pairs whose claim lists candidates and locks them on the server.
-LISTING_BACKENDS = [
-    key for key, spec in BACKENDS.items() if spec.strategy == "lock_server" and spec.commits_claims
-]
+LISTING_BACKENDS = backend_keys(
+    lambda spec: spec.claims_through_lock_server and spec.commits_claims
+)
 
 
 @pytest.fixture

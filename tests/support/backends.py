@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,10 @@ from typing import Any
 import sqlalchemy as sa
 
 import dbqueue
+from dbqueue import dialects, strategies
+from dbqueue.dialects.sqlite import LenientDateTime
 from dbqueue.migrations import migrate
+from dbqueue.schema.types import NativeJson
 
 # Every suite, and every pytest-xdist worker of one, has tables of its own (processes the tests
 # start inherit both variables). Override to run two suites at once against the same servers.
@@ -57,39 +61,147 @@ def effect_rows(backend: Backend, *columns: str) -> list[tuple[Any, ...]]:
         engine.dispose()
 
 
+class Capabilities:
+    """What a backend's database and claim strategy can do, asked of dbqueue's own classes (the
+    Dialect its URL selects, the strategy ``strategies.resolve`` picks for it): tests branch on
+    these, never on a database's or a strategy's name."""
+
+    database: str
+    strategy: str
+
+    @property
+    def dialect_class(self) -> type[dialects.Dialect]:
+        """The Dialect class dbqueue selects for this database's URL."""
+        return dialects.class_for_url(sa.engine.make_url(url_of(self.database, Path("x.db"))))
+
+    @property
+    def strategy_class(self) -> type[strategies.ClaimStrategy]:
+        """The strategy class that claims for this pair (``for_dialect`` applied)."""
+        return strategies.resolve(self.strategy, self.dialect_class)
+
+    @property
+    def commits_claims(self) -> bool:
+        """The claim commits ``running`` before the handlers run (a lock-based claim: the job
+        then waits for rescue when its worker dies)."""
+        return not self.strategy_class.claims_in_transaction
+
+    @property
+    def claims_through_lock_server(self) -> bool:
+        """Claims go through ``dbqueue server``, which also pushes wake-ups and finishes."""
+        return self.strategy_class.claims_through_lock_server
+
+    @property
+    def claims_under_database_locks(self) -> bool:
+        """A committed claim held by the database's own named locks, named in its SQL."""
+        return self.commits_claims and not self.claims_through_lock_server
+
+    @property
+    def knows_live_workers(self) -> bool:
+        """A ``running`` job's worker can be told alive or dead (locks rescue can test)."""
+        overridden = (
+            self.strategy_class.liveness_locks is not strategies.ClaimStrategy.liveness_locks
+        )
+        return overridden or self.dialect_class.supports_named_locks
+
+    @property
+    def single_writer(self) -> bool:
+        """The database admits one writer at a time: a batch holds its one write lock."""
+        return self.dialect_class.single_writer
+
+    @property
+    def reuses_rolled_back_ids(self) -> bool:
+        """A new id is the largest + 1 (one writer at a time): a rolled-back id comes again."""
+        return self.dialect_class.single_writer
+
+    @property
+    def has_server(self) -> bool:
+        """The database is a server (host, port, credentials), not a file."""
+        return self.dialect_class.default_port is not None
+
+    @property
+    def has_async_driver(self) -> bool:
+        """The database has an asyncio driver (async handlers and async enqueue)."""
+        return self.dialect_class.async_driver is not None
+
+    @property
+    def typed_columns(self) -> bool:
+        """A column refuses text of another type (SQLite stores any text in any column; its
+        timestamps are then read leniently)."""
+        return not isinstance(self.dialect_class.timestamp_type(), LenientDateTime)
+
+    @property
+    def checks_json(self) -> bool:
+        """The payload column is the database's JSON type, which refuses invalid JSON."""
+        return isinstance(self.dialect_class.json_type(), NativeJson)
+
+    @property
+    def inserts_notify(self) -> bool:
+        """The database's inserts NOTIFY listening workers (LISTEN/NOTIFY)."""
+        return self.dialect_class.supports_listen_notify
+
+    @property
+    def inserts_wake_workers(self) -> bool:
+        """An insert from any connection wakes idle workers (NOTIFY, a commit watch)."""
+        return self.dialect_class.notifier is not dialects.Dialect.notifier
+
+    @property
+    def one_statement_commits_alone(self) -> bool:
+        """``one_statement_transaction`` lets its statement commit alone (driver autocommit)."""
+        return _overrides(self.dialect_class, "one_statement_transaction")
+
+    @property
+    def statements_commit_alone(self) -> bool:
+        """``statements_alone`` lets each statement commit alone (driver autocommit)."""
+        return _overrides(self.dialect_class, "statements_alone")
+
+    @property
+    def ids_follow_session_increment(self) -> bool:
+        """A multi-row INSERT's ids are consecutive only as the session's auto-increment
+        settings allow: ``consecutive_ids`` asks them (a server numbering concurrent writers)."""
+        return _overrides(self.dialect_class, "consecutive_ids") and not self.single_writer
+
+    @property
+    def paired_strategies(self) -> set[str]:
+        """The strategies BACKENDS runs on this database: every one it supports."""
+        return {spec.strategy for spec in BACKENDS.values() if spec.database == self.database}
+
+    def lock_wait_limit(self, seconds: int) -> str:
+        """SQL making this session's waits for a lock fail after ``seconds``."""
+        return LOCK_WAIT_LIMIT[self.database].format(seconds=seconds, milliseconds=seconds * 1000)
+
+
+def _overrides(dialect_class: type[dialects.Dialect], method: str) -> bool:
+    return getattr(dialect_class, method) is not getattr(dialects.Dialect, method)
+
+
 @dataclass(frozen=True)
-class BackendSpec:
+class BackendSpec(Capabilities):
     key: str
     database: str
     strategy: str
 
     def url(self, sqlite_path: Path) -> str:
-        if self.database == "postgresql":
-            return POSTGRESQL_URL
-        if self.database == "mysql":
-            return MYSQL_URL
-        if self.database == "singlestore":
-            return SINGLESTORE_URL
-        return f"sqlite:///{sqlite_path}"
+        return url_of(self.database, sqlite_path)
 
     @property
     def prefix(self) -> str:
         return prefix_for(self.database)
 
     @property
-    def commits_claims(self) -> bool:
-        return commits_claims(self.database, self.strategy)
+    def is_default(self) -> bool:
+        """The pair stands for its database alone (the database's default strategy)."""
+        return DEFAULT_STRATEGY[self.database] == self.strategy
 
 
-def commits_claims(database: str, strategy: str) -> bool:
-    """Whether the pair's claim commits ``running`` before the handlers run (a lock-based
-    claim: the job then waits for rescue when its worker dies), asked of dbqueue's own strategy
-    for the database: the lock server on SQLite claims in the batch transaction."""
-    from dbqueue import dialects, strategies
-
-    url = BackendSpec(database, database, strategy).url(Path("x.db"))
-    dialect = dialects.class_for_url(sa.engine.make_url(url))
-    return not strategies.resolve(strategy, dialect).claims_in_transaction
+def url_of(database: str, sqlite_path: Path) -> str:
+    """The test server's URL for ``database`` (a file under ``sqlite_path`` for SQLite)."""
+    if database == "postgresql":
+        return POSTGRESQL_URL
+    if database == "mysql":
+        return MYSQL_URL
+    if database == "singlestore":
+        return SINGLESTORE_URL
+    return f"sqlite:///{sqlite_path}"
 
 
 def prefix_for(database: str) -> str:
@@ -118,6 +230,24 @@ DEFAULT_STRATEGY = {
     "sqlite": "sqlite",
     "singlestore": "lock_server",
 }
+#: SQL limiting a session's wait for a lock (a row's, or the database's one write lock).
+LOCK_WAIT_LIMIT = {
+    "postgresql": "SET lock_timeout = '{seconds}s'",
+    "mysql": "SET SESSION innodb_lock_wait_timeout = {seconds}",
+    # (the SingleStore path runs on MariaDB)
+    "singlestore": "SET SESSION innodb_lock_wait_timeout = {seconds}",
+    "sqlite": "PRAGMA busy_timeout = {milliseconds}",
+}
+
+
+def backend_keys(wanted: Callable[[BackendSpec], bool] = lambda spec: True) -> list[str]:
+    """The keys of every pair with the capabilities ``wanted`` asks for, sorted."""
+    return sorted(key for key, spec in BACKENDS.items() if wanted(spec))
+
+
+def database_keys(wanted: Callable[[BackendSpec], bool] = lambda spec: True) -> list[str]:
+    """``backend_keys``, one per database: its default pair."""
+    return backend_keys(lambda spec: spec.is_default and wanted(spec))
 
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -181,7 +311,7 @@ def prepare_database(url: str, prefix: str = PREFIX) -> None:
 
 
 @dataclass
-class Backend:
+class Backend(Capabilities):
     key: str
     database: str
     strategy: str
@@ -197,10 +327,6 @@ class Backend:
             options.setdefault("lock_server", self.server)
         app = dbqueue.App(self.url, table_prefix=self.prefix, **options)
         return app
-
-    @property
-    def commits_claims(self) -> bool:
-        return commits_claims(self.database, self.strategy)
 
     def worker_args(self) -> list[str]:
         """Arguments that point tests/support/worker_process.py at this backend's tables."""
@@ -239,6 +365,20 @@ class Backend:
 
     def engine(self) -> sa.Engine:
         return self.app().create_engine()
+
+    def impatient_engine(self, seconds: int) -> sa.Engine:
+        """An engine whose connections give up waiting for a lock after ``seconds``."""
+        engine = self.engine()
+        limit = self.lock_wait_limit(seconds)
+
+        @sa.event.listens_for(engine, "connect")
+        def _limit(dbapi_connection: Any, record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute(limit)  # a session setting: no Core construct
+            cursor.close()
+            dbapi_connection.commit()
+
+        return engine
 
     def status_seen_elsewhere(self, job_id: int) -> str:
         """The job's status as another connection sees it (what is committed): read in the

@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 from xdist.scheduler import LoadFileScheduling
 
-#: Files of long multi-process cases over every database: one unit per database.
+#: Files of long cases over every database (multi-process ones; the conformance suites, whose
+#: fixtures are per database): one unit per database.
 SPREAD = {
     "tests/chaos/test_chaos.py",
     "tests/contract/test_processes.py",
@@ -23,6 +24,8 @@ SPREAD = {
     "tests/contract/test_queue_limits.py",
     "tests/contract/test_periodic.py",
     "tests/test_cli.py",
+    "tests/conformance/test_dialect_conformance.py",
+    "tests/conformance/test_strategy_conformance.py",
 }
 #: The longest files (--durations), longest first; the others follow in collection order.
 HEAVIEST = [
@@ -37,6 +40,8 @@ HEAVIEST = [
     "tests/lockserver/test_faults.py",
     "tests/contract/test_async_handlers.py",
     "tests/contract/test_coalesce.py",
+    "tests/conformance/test_dialect_conformance.py",
+    "tests/conformance/test_strategy_conformance.py",
 ]
 DATABASES = ("postgresql", "mysql", "sqlite", "singlestore")
 
