@@ -1,8 +1,8 @@
 """The package's layering holds: no import cycle, no import up the layer order, no module left out.
 
-Every module's imports under dbqueue/ are read with ``ast`` (module level and function level alike;
-imports inside ``if TYPE_CHECKING:`` / ``if typing.TYPE_CHECKING:`` do not count, since they never
-run). A module may import modules of its own layer or of any layer below it; a package's
+Every module's imports under dbqueue/ are read with ``ast``: module level and function level
+alike, and those inside ``if TYPE_CHECKING:`` too (a type a module names is a dependency a reader
+follows, even if it never runs). A module may import modules of its own layer or of any layer below it; a package's
 ``__init__`` may import its own submodules. The test fails on
 
 1. any import cycle (a strongly connected component of more than one module);
@@ -67,30 +67,9 @@ def discover_modules(package_dir: Path) -> dict[str, Path | None]:
     return modules
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement that can run: at any depth, but not in the body of an
-    ``if TYPE_CHECKING:`` (its ``else:`` branch does run, so it counts)."""
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
-            return
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return found
+def _all_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement, at any depth, under ``if TYPE_CHECKING:`` or not."""
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
 def _existing(name: str, modules: dict[str, Path | None]) -> str | None:
@@ -140,7 +119,7 @@ def import_graph(package_dir: Path) -> Graph:
         if path is None:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in _runtime_imports(tree):
+        for node in sorted(_all_imports(tree), key=lambda node: node.lineno):
             for imported in _imported_modules(importer, node, modules):
                 if imported != importer:
                     graph[importer].setdefault(imported, []).append(node.lineno)
@@ -336,12 +315,12 @@ def test_checker_reports_an_upward_import(tmp_path: Path) -> None:
     ]
 
 
-def test_imports_under_type_checking_do_not_count(tmp_path: Path) -> None:
+def test_imports_under_type_checking_count(tmp_path: Path) -> None:
     package = make_package(
         tmp_path,
         {
             "__init__.py": "",
-            "svc.py": "",
+            "svc.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from . import base\n",
             "cli.py": "",
             "base.py": """
                 import typing
@@ -357,30 +336,23 @@ def test_imports_under_type_checking_do_not_count(tmp_path: Path) -> None:
                 def annotate(service: "Service") -> None:
                     if TYPE_CHECKING:
                         from fakepkg import svc
+                    else:
+                        from . import svc
             """,
         },
     )
-    assert import_graph(package)["fakepkg.base"] == {}
-    assert check_package(package, FAKE_LAYERS) == []
-
-
-def test_the_else_branch_of_type_checking_counts(tmp_path: Path) -> None:
-    package = make_package(
-        tmp_path,
-        {
-            "__init__.py": "",
-            "svc.py": "",
-            "base.py": """
-                from typing import TYPE_CHECKING
-
-                if TYPE_CHECKING:
-                    pass
-                else:
-                    from . import svc
-            """,
-        },
-    )
-    assert import_graph(package)["fakepkg.base"] == {"fakepkg.svc": [7]}
+    assert import_graph(package)["fakepkg.base"] == {
+        "fakepkg.svc": [6, 14, 16],
+        "fakepkg.cli": [7, 10],
+    }
+    assert check_package(package, FAKE_LAYERS) == [
+        "import cycle between 2 modules: fakepkg.base, fakepkg.svc"
+        "  # e.g. fakepkg.base -> fakepkg.svc -> fakepkg.base",
+        "fakepkg.base -> fakepkg.cli (layer low imports layer top above it)"
+        "  # fakepkg/base.py:7,10",
+        "fakepkg.base -> fakepkg.svc (layer low imports layer mid above it)"
+        "  # fakepkg/base.py:6,14,16",
+    ]
 
 
 def test_relative_imports_resolve_to_submodules_or_to_the_package(tmp_path: Path) -> None:
@@ -471,7 +443,7 @@ def test_checker_reports_exactly_the_planted_defects(tmp_path: Path) -> None:
             "cli.py": "import fakepkg.svc\n\ndef main():\n    from . import a\n",
             "a.py": "from . import b\n",
             "b.py": "from .base import helper\n\ndef f():\n    from .a import x\n",
-            "svc.py": "import typing\n\nif typing.TYPE_CHECKING:\n    from . import cli\n",
+            "svc.py": "import typing\n",
             "base.py": "def helper():\n    from .svc import run\n",
             "sub/__init__.py": "from . import serve, leaf\n",
             "sub/serve.py": "from .. import svc\n",
