@@ -130,7 +130,7 @@ class Job(ItemAccess):
     ``attempt`` is the number of the attempt now running (1 for the first run).
     """
 
-    __slots__ = (*COLUMNS, "_cancel_requested_at", "_row", "_fill")
+    __slots__ = (*COLUMNS, "cancel_requested_at", "_row", "_fill")
     ITEM_NAMES = frozenset(COLUMNS)
     ITEM_ALIASES: ClassVar[Mapping[str, str | Callable[[Job], Any]]] = {}
 
@@ -168,9 +168,9 @@ class Job(ItemAccess):
     key: str | None  # jobs of a queue sharing a key never run at once
     key_seq: int | None  # its place in its key's line (None: unkeyed, or not admitted yet)
     traceparent: str | None  # the enqueuer's trace context (dbqueue.tracing)
-    # Not a column: set by the worker when a cancel request reaches this job while it runs
-    # (when it was asked, the database's UTC time); read through cancel_requested().
-    _cancel_requested_at: dt.datetime | None
+    #: Not a column: when a cancel request for this job was made (the database's UTC time),
+    #: set by the worker once the request reaches the job while it runs; else None.
+    cancel_requested_at: dt.datetime | None
     # Not columns: a claimed job's row and the function that reads its LAZY columns from it.
     _row: Any
     _fill: Callable[[Job, Any], None] | None
@@ -178,7 +178,7 @@ class Job(ItemAccess):
     def __init__(self, **fields: Any) -> None:
         for name in COLUMNS:
             setattr(self, name, fields.get(name))
-        self._cancel_requested_at = None
+        self.cancel_requested_at = None
 
     if not TYPE_CHECKING:  # a __getattr__ would make every misspelt attribute pass mypy
 
@@ -199,7 +199,7 @@ class Job(ItemAccess):
         """What a copy or a pickle holds: every column's value (lazy ones read now), not the
         claimed row and its reader."""
         state = {name: getattr(self, name) for name in COLUMNS}
-        state["_cancel_requested_at"] = getattr(self, "_cancel_requested_at", None)
+        state["cancel_requested_at"] = getattr(self, "cancel_requested_at", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -223,7 +223,7 @@ class Job(ItemAccess):
         in its thread) a moment later. The worker looks for requests about once a second,
         only for jobs running longer than that; outside a worker this is always False.
         """
-        return self._cancel_requested_at is not None
+        return self.cancel_requested_at is not None
 
     @classmethod
     def from_row(cls, row: Any, attempt_increment: int) -> Job:
@@ -237,7 +237,7 @@ class Job(ItemAccess):
         positional, because building a mapping per row costs more than the rest of a no-op job."""
         job = cls.__new__(cls)
         _fill_from_row(job, row)
-        job._cancel_requested_at = None
+        job.cancel_requested_at = None
         job.attempt = (job.attempt or 0) + attempt_increment
         if type(job.max_attempts) is not int:  # SQLite keeps any text a hand-written row gives
             raise TypeError(f"max_attempts is {job.max_attempts!r}, not a whole number")
@@ -316,7 +316,7 @@ def row_reader(processors: Sequence[tuple[int, Callable[[Any], Any]]]) -> RowRea
         else:
             lines.append(f"    job.{name} = {value}")
     lines += [
-        "    job._cancel_requested_at = None",
+        "    job.cancel_requested_at = None",
         "    job._row = row",
         "    job._fill = fill",
         "    if type(job.max_attempts) is not int:",

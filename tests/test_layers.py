@@ -2,8 +2,8 @@
 
 Every module's imports under dbqueue/ are read with ``ast``: module level and function level
 alike, and those inside ``if TYPE_CHECKING:`` too (a type a module names is a dependency a reader
-follows, even if it never runs). A module may import modules of its own layer or of any layer below it; a package's
-``__init__`` may import its own submodules. The test fails on
+follows, even if it never runs). A module may import modules of its own layer or of any layer
+below it; a package's ``__init__`` may import its own submodules. The test fails on
 
 1. any import cycle (a strongly connected component of more than one module);
 2. any import that goes up the layer order below;
@@ -320,7 +320,7 @@ def test_imports_under_type_checking_count(tmp_path: Path) -> None:
         tmp_path,
         {
             "__init__.py": "",
-            "svc.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from . import base\n",
+            "svc.py": "import typing\nif typing.TYPE_CHECKING:\n    from . import base\n",
             "cli.py": "",
             "base.py": """
                 import typing

@@ -21,13 +21,12 @@ from dbqueue.errors import ConfigurationError
 from dbqueue.migrations import migrate
 from dbqueue.runtime.maintenance import Maintenance
 from dbqueue.worker import WorkerSettings
-from dbqueue.worker.cancel_poller import CancelPoller
 from dbqueue.worker.heartbeat import Heartbeat
 from dbqueue.worker.joblog import JobLogWriter
 from dbqueue.worker.lifecycle import Lifecycle
 from dbqueue.worker.loki import PUSH_PATH, LokiShipper
 from dbqueue.worker.scheduler import Scheduler
-from dbqueue.worker.watchdog import Watchdog
+from dbqueue.worker.watchdog import CancelPoller, Watchdog
 
 #: Generous: a signal that comes at all comes long before this, however loaded the machine.
 WAIT = 30.0
@@ -295,13 +294,14 @@ def test_a_worker_starts_its_services_in_its_declared_order_and_stops_them_in_re
 # ---- the settings -------------------------------------------------------------------------------
 def test_a_worker_takes_its_options_or_one_settings_object(app):
     settings = WorkerSettings(concurrency=3, queues=["b", "a", "b"], burst=True)
-    worker = dbqueue.Worker(app, settings=settings)
-    assert worker.settings is settings
+    worker = dbqueue.Worker(app, options=settings)
+    assert worker.options is settings and worker.burst
+    assert worker.settings is worker.context.settings  # the App's, as the worker resolved them
     assert worker.concurrency == 3 and worker.queues == ["b", "a"]
     assert not worker.run_maintenance and not worker.run_periodic  # burst
     same = app.worker(concurrency=3, queues=["b", "a", "b"], burst=True)
-    assert same.settings == settings
-    changed = dbqueue.Worker(app, settings=settings, concurrency=2)
+    assert same.options == settings
+    changed = dbqueue.Worker(app, options=settings, concurrency=2)
     assert changed.concurrency == 2 and changed.queues == ["b", "a"]
     with pytest.raises(ConfigurationError, match="concurrency=0 must be a whole number"):
         WorkerSettings(concurrency=0)

@@ -30,8 +30,8 @@ from dbqueue.errors import UnknownTaskError
 from dbqueue.job import Job, Status
 from dbqueue.runtime.context import RuntimeContext
 from dbqueue.strategies import ClaimStrategy
-from dbqueue.worker.claimed import claim_and_run
 from dbqueue.worker.executor import BatchExecutor
+from dbqueue.worker.loop import claim_and_run
 
 log = logging.getLogger("dbqueue.eager")
 

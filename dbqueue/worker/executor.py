@@ -27,7 +27,6 @@ from dbqueue.job import Job
 from dbqueue.runtime.context import RuntimeContext
 from dbqueue.strategies import ClaimStrategy
 from dbqueue.strategies.base import Fence
-from dbqueue.tasks.registry import Handler
 from dbqueue.tasks.retry import BACKOFF, Requested
 from dbqueue.worker.aio import AsyncSlot
 from dbqueue.worker.batches import units
@@ -75,7 +74,7 @@ class _HandlerFailed(Exception):
         self.outcomes = outcomes
 
 
-class BatchExecutor(HandlerCalls):
+class BatchExecutor:
     def __init__(
         self,
         context: RuntimeContext,
@@ -90,11 +89,7 @@ class BatchExecutor(HandlerCalls):
         aio: AsyncSlot | None = None,
     ) -> None:
         self.registry = context.registry
-        self.hooks = context.registry.hooks
-        self.max_result_bytes = context.max_payload_bytes
         self.policy = context.retry_policy
-        #: Runs deliveries no code is registered for: webhook calls.
-        self.webhooks = context.webhooks
         self.strategy = strategy
         self.worker_id = worker_id
         #: What this thread's outcomes must find in their jobs' rows (its claims' fence).
@@ -104,24 +99,21 @@ class BatchExecutor(HandlerCalls):
         #: Where this queue's cancel requests are (the one a cancelled job's is deleted from).
         self.cancel_requests = context.cancel_requests()
         self.savepoints = strategy.dialect.supports_savepoints
-        #: Set in a Worker: the handler runs watched, for timeouts and cancel requests (in
-        #: memory only).
-        self.watchdog = watchdog
+        #: Where a stuck handler's thread's connection and batch are noted for the watchdog.
         self.slot = slot
-        self.default_timeout = default_timeout
+        self.handlers = HandlerCalls(
+            context, watchdog=watchdog, slot=slot, default_timeout=default_timeout, aio=aio
+        )
         #: With ``log_jobs``: notes each run, logs it once committed. Without, no cost per job.
         self.job_log = job_log
-        run_one = context.instruments.wrap_run(self.run_one)  # tracing: a span per job
+        run_one = context.instruments.wrap_run(self.handlers.run_one)  # tracing: a span per job
+        run_group = self.handlers.run_group
         self.run_job = run_one if job_log is None else job_log.timed(run_one)
-        self.run_jobs = self.run_group if job_log is None else job_log.timed_group(self.run_group)
+        self.run_jobs = run_group if job_log is None else job_log.timed_group(run_group)
         #: Awaited jobs (app.call) whose end is pushed after the commit (the lock server).
         self.finished = FinishedJobs(notifier, context.names.qualified_jobs)
-        #: Where handlers registered with tenant_database=True find the job's tenant database.
-        self.tenants = context.tenants
-        #: Set in an async slot: async handlers are awaited on its loop, plain ones run on its
-        #: thread. None: a worker thread, where only plain handlers can run.
+        #: Set in an async slot (its sessions are async ones for async handlers).
         self.aio = aio
-        self._async_handlers: dict[Handler, bool] = {}
         self._last_sessions: Sessions | None = None
 
     def _sessions(self, conn: Connection, savepoint: bool = True) -> Sessions:
@@ -385,7 +377,7 @@ class BatchExecutor(HandlerCalls):
     ) -> int:
         """Record a job stopped on request as cancelled (no retry, no dead handler) and delete
         its requests; returns the rows changed (0: not this claim's)."""
-        requested_at = job._cancel_requested_at
+        requested_at = job.cancel_requested_at
         changed = engine.cancels.cancel_running(conn, job, fence, message, requested_at)
         if changed:
             self.cancel_requests.drop(conn, [job.id])

@@ -33,6 +33,7 @@ from dbqueue.worker.session import JobSession
 from dbqueue.worker.watchdog import Abandoned, HandlerCancelled, HandlerTimeout, Slot, Watchdog
 
 if TYPE_CHECKING:
+    from dbqueue.runtime.context import RuntimeContext
     from dbqueue.runtime.tenants import TenantDatabases
     from dbqueue.tasks.hooks import WorkerHooks
     from dbqueue.tasks.registry import Handler, TaskDefinition, TaskRegistry
@@ -100,7 +101,7 @@ def failure_of(exc: BaseException) -> Outcome:
 
 
 def cancel_message(job: Job, ran: bool = True) -> str:
-    asked = job._cancel_requested_at
+    asked = job.cancel_requested_at
     when = f" (asked at {asked:%Y-%m-%d %H:%M:%S} UTC)" if asked is not None else ""
     return f"cancelled on request{when} {'while running' if ran else 'before its handler started'}"
 
@@ -146,18 +147,34 @@ def partial_failures(value: Any, jobs: list[Job]) -> dict[int, Outcome]:
 
 
 class HandlerCalls:
-    """The handler-running part of ``BatchExecutor`` (a mixin: it sets the attributes)."""
+    """Runs handlers for a ``BatchExecutor``: one job's, or a batch task's jobs at once."""
 
-    registry: TaskRegistry
-    hooks: WorkerHooks
-    webhooks: Handler
-    max_result_bytes: int
-    watchdog: Watchdog | None
-    slot: Slot | None
-    default_timeout: float | None
-    tenants: TenantDatabases | None
-    aio: AsyncSlot | None
-    _async_handlers: dict[Handler, bool]
+    def __init__(
+        self,
+        context: RuntimeContext,
+        *,
+        watchdog: Watchdog | None,
+        slot: Slot | None,
+        default_timeout: float | None,
+        aio: AsyncSlot | None,
+    ) -> None:
+        self.registry: TaskRegistry = context.registry
+        self.hooks: WorkerHooks = context.registry.hooks
+        #: Runs deliveries no code is registered for: webhook calls.
+        self.webhooks: Handler = context.webhooks
+        #: Results share the payloads' size limit.
+        self.max_result_bytes = context.max_payload_bytes
+        #: Set in a Worker: the handler runs watched, for timeouts and cancel requests (in
+        #: memory only).
+        self.watchdog = watchdog
+        self.slot = slot
+        self.default_timeout = default_timeout
+        #: Where handlers registered with tenant_database=True find the job's tenant database.
+        self.tenants: TenantDatabases | None = context.tenants
+        #: Set in an async slot: async handlers are awaited on its loop, plain ones run on its
+        #: thread. None: a worker thread, where only plain handlers can run.
+        self.aio = aio
+        self._async_handlers: dict[Handler, bool] = {}
 
     def run_one(self, sessions: Sessions, job: Job) -> Outcome:
         try:
@@ -284,7 +301,7 @@ class HandlerCalls:
         value = None
         job = group[0]
         if not watchdog.arm(slot, job, timeout, group):
-            first = next(j for j in group if j._cancel_requested_at is not None)
+            first = next(j for j in group if j.cancel_requested_at is not None)
             raise _Cancelled(cancel_message(first, ran=False), ran=False)
         try:
             try:
@@ -315,8 +332,8 @@ def _first_asked(group: list[Job]) -> Job | None:
     """The first job of a handler call that a cancel request reached, if any."""
     if len(group) == 1:  # a plain task's call: no generator per job
         job = group[0]
-        return job if job._cancel_requested_at is not None else None
-    return next((j for j in group if j._cancel_requested_at is not None), None)
+        return job if job.cancel_requested_at is not None else None
+    return next((j for j in group if j.cancel_requested_at is not None), None)
 
 
 def _is_malformed(job: Job) -> bool:
@@ -328,7 +345,7 @@ def _cancelled_batch(jobs: list[Job], exc: _Cancelled) -> dict[int, Outcome]:
     are given back to run again (the batch's writes are rolled back)."""
     outcomes: dict[int, Outcome] = {}
     for job in jobs:
-        if job._cancel_requested_at is None:
+        if job.cancel_requested_at is None:
             outcomes[job.id] = GIVEN_BACK
             continue
         message = cancel_message(job, exc.ran)
@@ -365,7 +382,7 @@ class Sessions:
         if self._async is not None:
             return False
         if sync is not None:
-            if sync._used() or sync._tenant is not None:
+            if not sync.reusable():
                 return False
             sync.tenant_used = False
         return True

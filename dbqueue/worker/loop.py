@@ -1,5 +1,7 @@
 """A worker thread's loop: claim a batch from each queue in turn, run it, and when nothing is
-runnable wait — one idle thread polls for all, the others wait for it or for a push."""
+runnable wait — one idle thread polls for all, the others wait for it or for a push. One claim
+and the run of what it got, in the transactions the strategy's kind of claim needs, is
+``claim_and_run`` (eager mode uses it too, claiming given jobs by id)."""
 
 from __future__ import annotations
 
@@ -14,11 +16,12 @@ from sqlalchemy.engine import Connection, Engine
 
 from dbqueue.base.results import running_handlers
 from dbqueue.base.wakeup import Notifier
+from dbqueue.engine import QueueEngine
 from dbqueue.errors import SchemaMissingError
+from dbqueue.job import Job
 from dbqueue.lockserver.client import LockServerUnavailableError
 from dbqueue.worker.aio import AsyncSlot, LoopWaits, Waits
 from dbqueue.worker.batches import gather
-from dbqueue.worker.claimed import claim_and_run
 from dbqueue.worker.executor import BatchExecutor, BatchResult
 from dbqueue.worker.joblog import JobLog, JobLogWriter
 from dbqueue.worker.process import discard as _discard
@@ -358,3 +361,40 @@ class ClaimLoop:
         self.report(exc)
         self.run_state.count_reconnect()
         state.waits.backoff(self.run_state.signal, delay)
+
+
+def claim_and_run(
+    executor: BatchExecutor,
+    conn: Connection,
+    engine: QueueEngine,
+    claim: Callable[[], list[Job]],
+    should_stop: Callable[[], bool],
+) -> BatchResult | None:
+    """Claim with ``claim`` (a call of the executor's strategy) and run the jobs; None when it
+    got nothing. An in-transaction claim runs and commits in one transaction; a committed
+    claim's jobs are given back, and their locks released, if running them fails."""
+    strategy = executor.strategy
+    if strategy.claims_in_transaction:
+        with conn.begin():
+            jobs = claim()
+            if not jobs:
+                return None
+            done = executor.execute(conn, engine, jobs, should_stop)
+        executor.after_commit()
+        return done
+    jobs = claim()  # commits 'running'
+    if not jobs:
+        return None
+    try:
+        result = executor.execute_committed(conn, engine, jobs, should_stop)
+    except Abandoned:
+        raise  # the watchdog recorded the outcome; this thread writes nothing more
+    except BaseException:
+        executor.give_back(conn, engine, jobs)
+        try:
+            strategy.release(conn, engine.claims, jobs)
+        except Exception:  # the original error says more; rescue frees what is left
+            log.debug("releasing the locks of a failed batch failed", exc_info=True)
+        raise
+    strategy.release(conn, engine.claims, jobs, jobs_released=result.released)
+    return result

@@ -22,7 +22,6 @@ from dbqueue.runtime.commit_wake import CommitWaker
 from dbqueue.runtime.context import RuntimeContext
 from dbqueue.runtime.maintenance import Maintenance
 from dbqueue.worker.aio import EventLoop
-from dbqueue.worker.cancel_poller import CancelPoller
 from dbqueue.worker.heartbeat import DEFAULT_HEARTBEAT_INTERVAL, Heartbeat
 from dbqueue.worker.joblog import JobLogWriter
 from dbqueue.worker.lifecycle import Lifecycle, Starter, Stop
@@ -40,7 +39,7 @@ from dbqueue.worker.settings import (
 )
 from dbqueue.worker.state import RunState, WorkerSummary
 from dbqueue.worker.threads import WorkerThreads
-from dbqueue.worker.watchdog import Watchdog
+from dbqueue.worker.watchdog import CancelPoller, Watchdog
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -56,23 +55,24 @@ class Worker:
     """Claims and runs jobs until stopped.
 
     ``Worker(app, **options)`` with the options of ``WorkerSettings`` (where they are
-    described), or ``Worker(app, settings=WorkerSettings(...))``; options given beside
-    ``settings`` replace its values.
+    described), or ``Worker(app, options=WorkerSettings(...))``; options given beside
+    ``options`` replace its values. ``worker.options`` holds them; ``worker.settings`` is the
+    App's settings, as the worker resolved them (its strategy and lock server included).
     """
 
-    def __init__(self, app: Any, settings: WorkerSettings | None = None, **options: Any) -> None:
-        if settings is None:
-            settings = WorkerSettings(**options)
-        elif options:
-            settings = dataclasses.replace(settings, **options)
-        self.settings = settings
+    def __init__(self, app: Any, options: WorkerSettings | None = None, **given: Any) -> None:
+        if options is None:
+            options = WorkerSettings(**given)
+        elif given:
+            options = dataclasses.replace(options, **given)
+        self.options = settings = options
         base = app if isinstance(app, RuntimeContext) else app.context
         self.context = base.reconfigured(
             strategy=settings.strategy,
             lock_server=settings.lock_server,
             notify_server=settings.lock_server,
         )
-        app_settings = self.context.settings
+        self.settings = app_settings = self.context.settings
         self.name = settings.name or f"{socket.gethostname()}:{os.getpid()}"
         self.queues, self.queue_limits = resolve_queues(
             self.context, settings.queues, settings.queue_limits
@@ -158,6 +158,16 @@ class Worker:
     def summary(self) -> WorkerSummary:
         return self.run_state.summary
 
+    # The options as attributes, as the Worker has always had them.
+    burst = property(lambda self: self.options.burst)
+    max_jobs = property(lambda self: self.options.max_jobs)
+    max_runtime = property(lambda self: self.options.max_runtime)
+    min_poll_interval = property(lambda self: self.options.min_poll_interval)
+    install_signal_handlers = property(lambda self: self.options.install_signal_handlers)
+    timeout_grace = property(lambda self: self.options.timeout_grace)
+    cancel_notice = property(lambda self: self.options.cancel_notice)
+    heartbeat_interval = property(lambda self: self.options.heartbeat_interval)
+
     # ---- main ---------------------------------------------------------------------------------
     def run(self) -> WorkerSummary:
         """Run until stopped: start the parts in their order, run the threads until they end,
@@ -177,13 +187,13 @@ class Worker:
         try:
             # Installed before start-up: a SIGTERM that arrives while the worker registers
             # itself or starts its threads is a graceful stop, not the default (a kill).
-            with SignalHandlers(self.stop if self.settings.install_signal_handlers else None):
+            with SignalHandlers(self.stop if self.options.install_signal_handlers else None):
                 self.lifecycle.start()
                 self._say_started()
                 hooks.worker_started(self)
                 started = True
-                if self.settings.max_runtime is not None:
-                    self.run_state.deadline = time.monotonic() + self.settings.max_runtime
+                if self.options.max_runtime is not None:
+                    self.run_state.deadline = time.monotonic() + self.options.max_runtime
                 self._threads().run(self.concurrency)
         except Exception as exc:
             hooks.report(exc, self)
@@ -213,9 +223,9 @@ class Worker:
             worker_name=self.name,
             queues=tuple(self.queues),
             queue_limits=self.queue_limits,
-            burst=self.settings.burst,
+            burst=self.options.burst,
             batch_size=self.batch_size,
-            min_poll_interval=self.settings.min_poll_interval,
+            min_poll_interval=self.options.min_poll_interval,
             poll_interval=self.poll_interval,
             job_timeout=self.job_timeout,
         )
@@ -323,7 +333,7 @@ class Worker:
                 self.poll_interval = app_settings.wait_notify_interval or DEFAULT_PUSH_POLL_INTERVAL
             else:
                 self.poll_interval = app_settings.poll_interval or DEFAULT_POLL_INTERVAL
-        if not self.settings.burst:
+        if not self.options.burst:
             notifier.start(self.run_state.signal.wake, self.queues)
         return notifier.stop
 
@@ -373,15 +383,15 @@ class Worker:
         self.abandoned_threads = AbandonedThreads(
             self.context,
             self.name,
-            self.settings.timeout_grace,
+            self.options.timeout_grace,
             self.engine,
             self.strategy,
             self.run_state,
         )
         self.watchdog = Watchdog(
-            self.settings.timeout_grace,
+            self.options.timeout_grace,
             self.abandoned_threads.on_stuck,
-            self.settings.cancel_notice,
+            self.options.cancel_notice,
         )
         return self.watchdog.start().stop
 
@@ -417,6 +427,6 @@ class Worker:
             identity,
             lambda: watchdog.running() if watchdog is not None else [],
             lambda: (summary.processed, summary.failed),
-            self.settings.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL,
+            self.options.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL,
         )
         return self.heartbeat.start().stop

@@ -69,6 +69,11 @@ class JobSession(Session):
         # ``_new`` is the dict behind ``new``, which copies it into a set on every read.
         return self._transaction is not None or bool(self._new)
 
+    def reusable(self) -> bool:
+        """Whether the batch's next job may have this session: its last job left it unused
+        (released or rolled back) and holding no tenant session."""
+        return not self._used() and self._tenant is None
+
     def attach_tenant(self, tenant_session: Any) -> None:
         self._tenant, self.tenant_used = tenant_session, True
 

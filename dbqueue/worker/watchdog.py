@@ -9,9 +9,12 @@ watchdog gives the thread up: it marks it abandoned (an abandoned thread never w
 the Worker ends the thread's database connection from outside, records the timed-out attempt in
 a transaction of its own and starts a replacement thread, so concurrency stays whole.
 
-A cancel request for a running job (found by the worker's cancel poller, ``cancel_poller.py``) is
-enforced the same way: ``job.cancel_requested()`` turns true at once, and a handler that has not
-stopped by itself ``cancel_notice`` seconds later (default ``CANCEL_NOTICE``) gets
+A cancel request for a running job is found by the worker's cancel poller (``CancelPoller``
+below: every ``POLL_INTERVAL`` seconds it asks the watchdog, in memory, which jobs belong to
+batches whose current handler has run at least that long, and only then reads the requests of
+those ids, one indexed query that never waits for a lock; short jobs never cost a query). It is
+enforced the same way as a timeout: ``job.cancel_requested()`` turns true at once, and a handler
+that has not stopped by itself ``cancel_notice`` seconds later (default ``CANCEL_NOTICE``) gets
 ``JobCancelledError`` raised in its thread, then is abandoned after the grace period like a
 timed-out one.
 """
@@ -28,9 +31,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.engine import Engine
+
 from dbqueue.base.service import Service
+from dbqueue.engine.cancels import RequestStore
 from dbqueue.errors import JobCancelledError, JobTimeoutError
 from dbqueue.job import Job
+from dbqueue.worker.process import first_line
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -157,7 +164,7 @@ class Watchdog(Service):
             slot.reason, slot.since, slot.group = TIMEOUT, now, group
             requested = [j for j in group if j.id in slot.requests] if slot.requests else []
             for member in requested:
-                member._cancel_requested_at = slot.requests.pop(member.id)
+                member.cancel_requested_at = slot.requests.pop(member.id)
             if requested:
                 slot.deadline = math.inf
                 return False
@@ -205,7 +212,7 @@ class Watchdog(Service):
                 if not slot.armed or slot.abandoned or slot.since > started_before:
                     continue
                 for job in slot.batch or ([slot.job] if slot.job else []):
-                    if job.id not in slot.requests and job._cancel_requested_at is None:
+                    if job.id not in slot.requests and job.cancel_requested_at is None:
                         wanted.append(job.id)
         return wanted
 
@@ -222,8 +229,8 @@ class Watchdog(Service):
                 running = slot.armed and slot.job is not None and not slot.fired
                 current = {job.id for job in slot.group}
                 for job in slot.group if running else []:
-                    if job.id in requests and job._cancel_requested_at is None:
-                        job._cancel_requested_at = requests[job.id]
+                    if job.id in requests and job.cancel_requested_at is None:
+                        job.cancel_requested_at = requests[job.id]
                         slot.reason = CANCEL
                         slot.deadline = min(slot.deadline, deadline)
                         reached += 1
@@ -277,3 +284,63 @@ class Watchdog(Service):
             self.on_stuck(slot)
         except Exception:  # the worker logs what it could not clean up; the watchdog goes on
             log.exception("recovering from a stuck handler failed")
+
+
+#: Seconds between looks at the running jobs; also how long a job runs before it is looked at.
+POLL_INTERVAL = 0.5
+
+
+class CancelPoller(Service):
+    name = "dbqueue-cancels"
+
+    def __init__(
+        self,
+        watchdog: Watchdog,
+        engine: Engine,
+        store: RequestStore,
+        interval: float = POLL_INTERVAL,
+    ) -> None:
+        super().__init__()
+        self.watchdog = watchdog
+        self.engine = engine
+        self.store = store
+        self.interval = interval
+        #: Requests handed to running jobs (for tests and logs).
+        self.delivered = 0
+
+    def run(self) -> None:
+        failures = 0
+        while not self.wait_for_stop(self.interval):
+            failures = self._look(failures)
+            self.iterations.add()
+
+    def _look(self, failures: int) -> int:
+        """One look at the running jobs; returns how many looks in a row have failed."""
+        ids = self.watchdog.running_longer_than(self.interval)
+        if not ids:
+            return failures
+        try:
+            found = self.poll(ids)
+        except Exception as exc:  # the database is away: the next look tries again
+            failures += 1
+            if failures == 1 or failures % 100 == 0:
+                log.warning("could not read cancel requests: %s", first_line(exc))
+            return failures
+        if found:
+            self._take(list(found))
+            self.delivered += self.watchdog.deliver(found)
+        return 0
+
+    def _take(self, ids: list[int]) -> None:
+        """Mark the requests taken before stopping their jobs (where the store needs it: see
+        ``SideDatabaseRequests.take``); if that fails, the jobs are stopped all the same."""
+        try:
+            self.store.take(ids)
+        except Exception as exc:
+            log.warning("could not mark cancel requests taken: %s", first_line(exc))
+
+    def poll(self, ids: list[int]) -> dict:
+        if self.store.separate:  # in a database of its own: no connection of ours needed
+            return self.store.pending(None, ids)  # type: ignore[arg-type]
+        with self.engine.connect() as conn:
+            return self.store.pending(conn, ids)

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from support.backends import backend_keys, effects
 
 from dbqueue.strategies.locks import job_lock_name
-from dbqueue.worker.claimed import claim_and_run
 from dbqueue.worker.executor import BatchExecutor
+from dbqueue.worker.loop import claim_and_run
 
 LOCK_BACKENDS = backend_keys(lambda spec: spec.commits_claims)
 #: Database locks: their claims name the jobs' locks in SQL (a lock server's are named in its
