@@ -1,5 +1,6 @@
-"""Database modules, the lookup from a URL or SQLAlchemy dialect to one of them, and the engine
-factory that configures SQLAlchemy the way each database needs it."""
+"""Internal: the database modules (one per database: all that differs between them), the
+lookup from a URL or SQLAlchemy dialect to one of them, and the engine factory that configures
+SQLAlchemy the way each database needs it."""
 
 from __future__ import annotations
 

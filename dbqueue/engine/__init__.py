@@ -1,4 +1,4 @@
-"""The job lifecycle in SQLAlchemy Core, on one set of queue tables of one database.
+"""Internal: the job lifecycle in SQLAlchemy Core, on one set of queue tables of one database.
 
 ``QueueEngine`` is a few parts with one job each, composed here; every statement they run is
 named once in ``catalog.py``, and ``Statements`` (``statements.py``) builds and compiles each

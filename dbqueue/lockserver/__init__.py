@@ -1,5 +1,6 @@
-"""The lock server: the seed's client-server mode, for databases without SKIP LOCKED or named
-locks (SingleStore) and for push wake-ups on databases that cannot push (MySQL, SQLite).
+"""Internal: the lock server (``dbqueue server``), the seed's client-server mode, for databases
+without SKIP LOCKED or named locks (SingleStore) and for push wake-ups on databases that cannot
+push (MySQL, SQLite).
 
 ``dbqueue server`` (``server.py``) holds connection-scoped named locks in memory and pushes
 "work available" to idle workers; workers reach it through one shared connection per process

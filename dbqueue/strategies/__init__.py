@@ -1,4 +1,5 @@
-"""Claim strategies and their selection by name."""
+"""Internal: how a claim is made exclusive (one module per strategy), and the choice of one by
+name or by the database."""
 
 from __future__ import annotations
 

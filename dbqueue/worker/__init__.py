@@ -1,4 +1,6 @@
-"""The worker runtime: threads, signals, limits, and the per-batch executor."""
+"""The worker runtime: threads, signals, limits, background services and the per-batch executor.
+Public: ``Worker``, ``WorkerSettings``, ``WorkerSummary``, ``JobSession`` (also exported by
+``dbqueue``) and ``dbqueue.worker.async_session.AsyncJobSession``; the rest is internal."""
 
 from dbqueue.worker.runner import Worker, WorkerSummary
 from dbqueue.worker.session import JobSession
