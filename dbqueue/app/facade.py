@@ -16,7 +16,6 @@ from typing_extensions import Unpack
 
 from dbqueue.app.aio import AsyncTarget, AsyncWrites
 from dbqueue.app.calls import FinishWaiters, ResultCalls
-from dbqueue.app.cancel import Cancellation
 from dbqueue.app.eager import AfterCommit, check_flag
 from dbqueue.app.jobs import UNFILTERED, JobLookup
 from dbqueue.app.maintenance import MaintenanceCalls
@@ -31,6 +30,7 @@ from dbqueue.config import Settings
 from dbqueue.errors import ConfigurationError
 from dbqueue.job import Status
 from dbqueue.pubsub.subscriptions import Subscription, SubscriptionChanges
+from dbqueue.runtime.cancellation import Cancellation
 from dbqueue.runtime.commit_wake import CommitWaker
 from dbqueue.runtime.context import RuntimeContext
 from dbqueue.runtime.enqueue import EnqueueOptions

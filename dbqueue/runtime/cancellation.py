@@ -1,11 +1,11 @@
-"""Cancelling jobs without ever waiting for a running job: where requests are kept, and the steps
-of one ``app.cancel`` call.
+"""Cancelling jobs without ever waiting for a running job: ``app.cancel`` and the steps of one
+call (where requests are kept: ``engine/cancels.py``).
 
 A waiting job (available, due or scheduled) is cancelled at once, in the caller's transaction.
 A running job cannot be: its row may be locked by the batch running it for as long as its
 handler runs (``skip_locked`` claims hold it in the batch transaction), so the call leaves a
-request in the requests table instead, which the worker running the job polls (see
-``worker/cancel_poller.py``). Where the database has a single write lock that the running batch
+request in the requests table instead, which the worker running the job polls (its cancel
+poller, in ``worker/watchdog.py``, which then stops the job like a timeout). Where the database has a single write lock that the running batch
 holds (SQLite), even that table cannot be written while the job runs: requests then go to a side
 database (``Dialect.side_database_url``), written before the caller's transaction waits for the
 lock — which the stopped job's batch then releases.
@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from dbqueue.errors import ConfigurationError
 from dbqueue.job import Status
+from dbqueue.runtime.targets import Target, connection_for, write_target
 
 if TYPE_CHECKING:
     from dbqueue.runtime.context import RuntimeContext
@@ -128,3 +129,50 @@ class CancelCall:
         one already)."""
         if self.early:
             self.store.drop(None, sorted(self.early))
+
+
+class Cancellation:
+    """``app.cancel`` and ``app.cancel_publication``: cancels jobs, by id or by publication."""
+
+    def __init__(self, context: RuntimeContext) -> None:
+        self.context = context
+
+    def cancel(self, ids: int | Iterable[int], target: Target | None = None) -> dict[int, str]:
+        """Cancel jobs; returns job id → ``"cancelled"``, ``"cancel requested"``,
+        ``"already succeeded"`` / ``"already dead"`` / ``"already cancelled"`` or
+        ``"not found"``, in the order given.
+
+        A job waiting to run (due or scheduled) is ``cancelled`` at once: with a Session or
+        Connection ``target``, in its transaction (rolled back, nothing changes). A running job
+        gets a request, which its handler sees as ``job.cancel_requested()`` and its worker
+        enforces like a timeout, within about a second; the job then ends ``cancelled`` (its
+        writes rolled back, not retried, no dead handler). A finished job is left as it is.
+        This call never waits for a running job's row lock.
+        """
+        call = CancelCall(self.context, job_ids(ids))
+        if not call.ids:
+            return {}
+        if call.store.separate:
+            call.post_early(self.context.engine)
+        try:
+            with connection_for(write_target(self._target(target))) as conn:
+                report = call.run(conn)
+        except BaseException:
+            call.withdraw()
+            raise
+        call.settle()
+        return report
+
+    def cancel_publication(
+        self, publication_id: int, target: Target | None = None
+    ) -> dict[int, str]:
+        """Cancel every delivery of one publication (and their dead-letter jobs), as
+        ``cancel`` does; returns the same report for each (empty: no such publication, or it
+        reached no subscription)."""
+        (publication_id,) = job_ids(publication_id)
+        with connection_for(self._target(target)) as conn:
+            ids = self.context.queue_engine(conn).queries.publication_jobs(conn, publication_id)
+        return self.cancel(ids, target) if ids else {}
+
+    def _target(self, target: Target | None) -> Target:
+        return self.context.engine if target is None else target
