@@ -9,6 +9,7 @@ it serves maintenance (in the runtime layer) as well as the worker's own service
 
 from __future__ import annotations
 
+import abc
 import threading
 from typing import TypeVar
 
@@ -38,7 +39,7 @@ class Iterations:
             return self._changed.wait_for(lambda: self._count >= count, timeout)
 
 
-class Service:
+class Service(abc.ABC):
     """A background thread named ``name`` with one lifecycle.
 
     ``start()`` runs ``before_start`` in the caller's thread, then ``run`` in a daemon thread.
@@ -98,9 +99,9 @@ class Service:
         return self._stop_requested.wait(seconds)
 
     # ---- what a service writes ----------------------------------------------------------------
+    @abc.abstractmethod
     def run(self) -> None:
         """The thread's loop: until ``stopping``."""
-        raise NotImplementedError
 
     def before_start(self) -> None:
         """In ``start()``, before the thread: what must be done when ``start()`` returns."""

@@ -5,10 +5,11 @@ A waiting job (available, due or scheduled) is cancelled at once, in the caller'
 A running job cannot be: its row may be locked by the batch running it for as long as its
 handler runs (``skip_locked`` claims hold it in the batch transaction), so the call leaves a
 request in the requests table instead, which the worker running the job polls (its cancel
-poller, in ``worker/watchdog.py``, which then stops the job like a timeout). Where the database has a single write lock that the running batch
-holds (SQLite), even that table cannot be written while the job runs: requests then go to a side
-database (``Dialect.side_database_url``), written before the caller's transaction waits for the
-lock — which the stopped job's batch then releases.
+poller, in ``worker/watchdog.py``, which then stops the job like a timeout). Where the database
+has a single write lock that the running batch holds (SQLite), even that table cannot be
+written while the job runs: requests then go to a side database
+(``Dialect.side_database_url``), written before the caller's transaction waits for the lock —
+which the stopped job's batch then releases.
 """
 
 from __future__ import annotations
