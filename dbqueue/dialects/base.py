@@ -316,6 +316,11 @@ class Dialect(abc.ABC):
         """Deadlocks, lock wait timeouts, serialisation failures: retry the whole transaction."""
         return False
 
+    def connection_lost(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by the driver outside SQLAlchemy's DBAPI errors, means the
+        server closed the connection (a restart), not a bug: the worker reconnects quietly."""
+        return False
+
 
 def with_driver(url: sa.engine.URL, backend: str, driver: str) -> sa.engine.URL:
     """``url`` as ``backend+driver://…``, keeping the driver it names, if any."""

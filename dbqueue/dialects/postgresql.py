@@ -258,6 +258,17 @@ class PostgresDialect(Dialect):
     def is_transient(self, exc: BaseException) -> bool:
         return driver_code(exc) in _TRANSIENT
 
+    def connection_lost(self, exc: BaseException) -> bool:
+        # asyncpg sets up a new connection (its JSON codecs) in SQLAlchemy's connect hook, where
+        # a server that restarts meanwhile surfaces as asyncpg's own InterfaceError, unwrapped.
+        try:
+            from asyncpg import exceptions
+        except ImportError:  # no asyncio extra: the error cannot be asyncpg's
+            return False
+        if isinstance(exc, exceptions.ConnectionDoesNotExistError):
+            return True
+        return isinstance(exc, exceptions.InterfaceError) and "connection is closed" in str(exc)
+
 
 class ArrayLiteral(sa.types.TypeDecorator):
     """A list bound as PostgreSQL's array-literal text (``{"a","b\\"c",NULL}``); the SQL casts it

@@ -353,7 +353,11 @@ class ClaimLoop:
         delay = min(MAX_RECONNECT_DELAY, 0.5 * 2 ** (failures - 1)) * random.uniform(0.8, 1.2)
         # A driver that connects outside the DBAPI's errors (asyncpg: the socket's own
         # ConnectionRefusedError while the server restarts) reports a database error too.
-        if isinstance(exc, (sa.exc.DBAPIError, ConnectionError)) or lost:
+        if (
+            isinstance(exc, (sa.exc.DBAPIError, ConnectionError))
+            or lost
+            or self.strategy.dialect.connection_lost(exc)
+        ):
             orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
             log.warning("database error (%s); reconnecting in %.1fs", _first_line(orig), delay)
         else:

@@ -238,6 +238,34 @@ def test_the_asyncio_driver_connects_or_its_absence_is_named(db: Connected) -> N
     assert asyncio.run(select_one()) == 1
 
 
+@covers("connection_lost")
+def test_a_connection_the_server_closed_is_told_from_a_bug(db: Connected) -> None:
+    """Where the dialect says a driver error outside SQLAlchemy's means a lost connection, a
+    real one does (the async driver's, on a connection that is gone); nothing else does."""
+    d = db.dialect
+    assert not d.connection_lost(RuntimeError("connection is closed"))
+    assert not d.connection_lost(ValueError("boom"))
+    if not overrides(db.cls, "connection_lost"):
+        return  # its drivers' errors reach the worker as SQLAlchemy's DBAPIError
+    url = sa.engine.make_url(db.backend.url)
+
+    async def closed_connection_error() -> BaseException:
+        engine = dialects.create_async_engine(url)
+        try:
+            async with engine.connect() as conn:
+                raw = (await conn.get_raw_connection()).driver_connection
+                await raw.close()
+                try:
+                    await raw.execute("select 1")
+                except Exception as exc:
+                    return exc
+                raise AssertionError("a closed connection ran a statement")
+        finally:
+            await engine.dispose()
+
+    assert d.connection_lost(asyncio.run(closed_connection_error()))
+
+
 @covers("server_description")
 def test_the_server_description_names_its_version(db: Connected) -> None:
     version = db.dialect.server_version
