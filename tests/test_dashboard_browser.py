@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from typing import Any
 
 import pytest
 import requests
@@ -19,6 +20,10 @@ from support.dashboard import chromium, screenshot_dir, serve_asgi
 from dbqueue.dashboard import create_app
 
 pytest.importorskip("selenium")
+from selenium.common.exceptions import (  # noqa: E402
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -146,12 +151,31 @@ def test_every_page_loads_with_real_jobs(site):
     assert stats == site.app.stats_report()  # the same function as `dbqueue stats --json`
 
 
+def replaced(element: Any) -> Any:
+    """``expected_conditions.staleness_of``, also when ChromeDriver, asked about an element whose
+    page is being replaced at that moment, answers "Node with given id does not belong to the
+    document" instead of "stale element reference" (both mean the page changed)."""
+
+    def gone(driver: Any) -> bool:
+        try:
+            element.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            if "does not belong to the document" not in str(exc):
+                raise
+            return True
+        return False
+
+    return gone
+
+
 def test_a_filter_narrows_the_list(site):
     d = site.visit("/jobs")
     d.find_element(By.NAME, "text").send_keys("needle")
     before = d.find_element(By.ID, "jobs")
     d.find_element(By.ID, "apply").click()
-    WebDriverWait(d, 120).until(expected_conditions.staleness_of(before))
+    WebDriverWait(d, 120).until(replaced(before))
     WebDriverWait(d, 120).until(expected_conditions.presence_of_element_located((By.ID, "jobs")))
     site.driver.save_screenshot(str(site.shots / f"{site.backend.database}-filtered.png"))
     (only,) = site.rows()
