@@ -118,7 +118,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         scheduling.order(items)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # no xdist (-p no:xdist): unused
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201
     """``--dist loadfile``, with the longest files cut into one unit per database."""
     if config.getvalue("dist") == "loadfile":
