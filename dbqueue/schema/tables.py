@@ -231,6 +231,10 @@ def _jobs_columns() -> list[sa.Column]:
         sa.Column("scored_payloads", Payload(), nullable=True),  # a coalescing task's payloads
         # The enqueuer's W3C trace context (dbqueue.tracing): links the job's span to it.
         sa.Column("traceparent", sa.String(MAX_TRACEPARENT), nullable=True),
+        # A job run outside its claim's transaction is its worker's until then (heartbeated).
+        _timestamp("lease_until"),
+        # Every failed attempt's error: [{"at", "attempt", "message", "traceback"}, ...].
+        sa.Column("errors", Payload(), nullable=True),
     ]
 
 
