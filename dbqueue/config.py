@@ -110,6 +110,10 @@ class Settings:
     socket_timeout: float | None = None
     webhook_timeout: float | None = None  # seconds; the seed's DEFAULT_WEBHOOK_TIMEOUT
     job_timeout: float | None = None  # seconds a job may run unless its task says otherwise
+    # Whether jobs of tasks that do not choose run inside their claim's transaction (True) or
+    # outside it under a lease (False), and how long a lease lasts unless heartbeated.
+    transaction: bool | None = None
+    lease_seconds: float | None = None
     log_jobs: bool = False  # one INFO line per finished job (logger dbqueue.jobs)
     # Eager mode: run each job in the enqueuing process when its transaction commits (tests,
     # development); eager_raise: a job that dies there raises EagerJobError to the caller.
@@ -157,6 +161,7 @@ class Settings:
         for attribute, variable in (
             ("eager", "DBQUEUE_EAGER"),
             ("eager_raise", "DBQUEUE_EAGER_RAISE"),
+            ("transaction", "DBQUEUE_TRANSACTION"),
         ):
             if (v := env_first(env, variable)) is not None:
                 values[attribute] = parse_bool(v, variable)
@@ -184,6 +189,7 @@ _NUMBERS = {
     "purge_limit": ("QUEUE_PURGE_LIMIT", int),
     "maintenance_tick": ("DBQUEUE_MAINTENANCE_TICK", float),
     "job_timeout": ("DBQUEUE_JOB_TIMEOUT", float),
+    "lease_seconds": ("DBQUEUE_LEASE_SECONDS", float),
 }
 _MINUTES = {
     "rescue_minutes": "QUEUE_MINUTE_RETRY_THREAD",

@@ -87,7 +87,24 @@ def _server_for(request: pytest.FixtureRequest, database: str, url: str, prefix:
     return servers[database].address
 
 
-def _backend(request: pytest.FixtureRequest, key: str) -> Backend:
+#: The modes jobs run in: in their claim's transaction (the default), or outside it under a
+#: lease. A contract module that sets ``BOTH_MODES = True`` runs its ``backend`` and
+#: ``database`` tests in both.
+EXECUTION_MODES = {"in_transaction": None, "leased": False}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if getattr(metafunc.module, "BOTH_MODES", False) and "execution_mode" in metafunc.fixturenames:
+        metafunc.parametrize("execution_mode", list(EXECUTION_MODES))
+
+
+@pytest.fixture
+def execution_mode() -> str:
+    """In the claim's transaction, unless the module runs in both modes."""
+    return "in_transaction"
+
+
+def _backend(request: pytest.FixtureRequest, key: str, mode: str = "in_transaction") -> Backend:
     spec = BACKENDS[key]
     url = spec.url(request.getfixturevalue("sqlite_path"))
     requires_backend(spec.database, url)
@@ -98,7 +115,8 @@ def _backend(request: pytest.FixtureRequest, key: str) -> Backend:
     server = None
     if spec.claims_through_lock_server:
         server = _server_for(request, spec.database, url, spec.prefix)
-    backend = Backend(spec.key, spec.database, spec.strategy, url, spec.prefix, server)
+    transaction = EXECUTION_MODES[mode]
+    backend = Backend(spec.key, spec.database, spec.strategy, url, spec.prefix, server, transaction)
     backend.reset()
     return backend
 
@@ -133,15 +151,16 @@ def _async_without_driver(item: pytest.Item) -> bool:
 
 
 @pytest.fixture(params=sorted(BACKENDS), ids=lambda key: key)
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    """Every (database, strategy) pair: the contract suite runs once per pair."""
-    yield _backend(request, request.param)
+def backend(request: pytest.FixtureRequest, execution_mode: str) -> Iterator[Backend]:
+    """Every (database, strategy) pair: the contract suite runs once per pair (and mode)."""
+    yield _backend(request, request.param, execution_mode)
 
 
 @pytest.fixture(params=sorted({spec.database for spec in BACKENDS.values()}))
-def database(request: pytest.FixtureRequest) -> Iterator[Backend]:
+def database(request: pytest.FixtureRequest, execution_mode: str) -> Iterator[Backend]:
     """Every database once, with its default strategy (for tests that are not about claims)."""
-    yield _backend(request, f"{request.param}-{DEFAULT_STRATEGY[request.param]}")
+    key = f"{request.param}-{DEFAULT_STRATEGY[request.param]}"
+    yield _backend(request, key, execution_mode)
 
 
 @pytest.fixture(scope="module", params=database_keys())

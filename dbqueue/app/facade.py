@@ -84,7 +84,8 @@ class App:
                  eager: bool | None = None, eager_raise: bool | None = None,
                  tenant_databases: TenantSource | None = None,
                  tenant_cache_size: int | None = None, settings: Settings | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:  # fmt: skip
+                 environ: Mapping[str, str] | None = None,
+                 transaction: bool | None = None) -> None:  # fmt: skip
         if url is not None and not isinstance(url, (str, Engine)):
             raise ConfigurationError(
                 f"App() takes a database URL or a SQLAlchemy Engine, not {type(url).__name__}"
@@ -97,7 +98,7 @@ class App:
             retry_base_interval=retry_base_interval, max_payload_bytes=max_payload_bytes,
             lock_server=lock_server, notify_server=lock_server, webhook_timeout=webhook_timeout,
             eager=check_flag("eager", eager), eager_raise=check_flag("eager_raise", eager_raise),
-            tenant_cache_size=tenant_cache_size,
+            tenant_cache_size=tenant_cache_size, transaction=transaction,
         )  # fmt: skip
         engine = url if isinstance(url, Engine) else None
         context = RuntimeContext(

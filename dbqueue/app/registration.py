@@ -42,6 +42,8 @@ class HandlerOptions(TypedDict, total=False):
     coalesce: bool | None  # enqueues of a key merge into its waiting job (job.payloads)
     # handler(job, session, tenant_session): an ORM Session on the job's tenant's database
     tenant_database: bool | None
+    # False: run outside the claim's transaction, under a lease (None: the App's default)
+    transaction: bool | None
 
 
 def _definition(
@@ -77,6 +79,7 @@ def _definition(
         backoff=backoff,
         key_mode=key_mode,
         coalesce=_check_coalesce(call, name, options.get("coalesce")),
+        transaction=_check_transaction(call, name, options.get("transaction")),
         dead_handler=for_tenants(options.get("dead_handler"), tenant),
         **extra,
     )
@@ -86,6 +89,16 @@ def _check_coalesce(call: str, name: str, coalesce: Any) -> bool:
     if coalesce is not None and not isinstance(coalesce, bool):
         raise ConfigurationError(f"{call} {name!r}: coalesce={coalesce!r} must be True or False")
     return bool(coalesce)
+
+
+def _check_transaction(call: str, name: str, transaction: Any) -> bool | None:
+    if transaction is not None and not isinstance(transaction, bool):
+        raise ConfigurationError(
+            f"{call} {name!r}: transaction={transaction!r} must be True (the handler's writes "
+            "commit with the job's completion) or False (it runs outside the claim's "
+            "transaction, under a lease)"
+        )
+    return transaction
 
 
 class HandlerRegistration:

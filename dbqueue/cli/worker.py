@@ -98,6 +98,19 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
     show_default=True,
     help="Seconds between the worker's heartbeats in the registry of live workers.",
 )
+@click.option(
+    "--transaction/--no-transaction",
+    default=None,
+    help="Run the jobs of tasks that do not choose inside their claim's transaction (the "
+    "default) or outside it, under a lease (env DBQUEUE_TRANSACTION).",
+)
+@click.option(
+    "--lease-seconds",
+    type=float,
+    envvar="DBQUEUE_LEASE_SECONDS",
+    help="How long a job run outside its transaction stays this worker's without a heartbeat "
+    "(default 60); rescue retries it after.",
+)
 def worker(
     app: App,
     queues: tuple[str, ...],
@@ -112,6 +125,7 @@ def worker(
     server: str | None,
     metrics_port: int | None,
     metrics_bind: str,
+    transaction: bool | None,
     **options: Any,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (or --burst / a limit)."""
@@ -128,6 +142,7 @@ def worker(
         purge_max_age_days=purge_max_age,
         purge_limit=purge_limit,
         wait_notify_interval=wait_notify_interval,
+        transaction=transaction,
     )
     summary = app.run_worker(
         queues=list(queues) or None,

@@ -145,6 +145,7 @@ def _running_values(t: QueueTables, now: ColumnElement) -> dict[str, Any]:
         "first_attempt_at": sa.func.coalesce(j.c.first_attempt_at, now),
         "worker_id": _bound(j.c.worker_id),
         "updated_at": now,
+        "lease_until": sa.null(),  # its worker's lock, not a lease, says it is alive
     }
 
 
@@ -195,6 +196,38 @@ def jobs_mark_running(
         guard.append(sa.select(setting).scalar_subquery().is_not(None))
     stmt = sa.update(j).where(_id_list(t, size), *guard).values(_running_values(t, now))
     return stmt.returning(*_claim_columns(t, d), j.c.started_at) if returning else stmt
+
+
+def jobs_lease(t: QueueTables, d: Dialect, size: int, counted: bool) -> sa.Update:
+    """Put ``size`` claimed jobs (``:id_0`` …) under a lease for ``:worker_id`` ending
+    ``:lease_seconds`` from now, so that their handlers can run outside the claim's
+    transaction. ``counted``: a committed claim already marked them running (only the lease is
+    written); else the claim's transaction holds them, still available: they are marked
+    running, the attempt counted, as a committed claim marks them."""
+    j = t.jobs
+    until = d.now_plus(sa.bindparam("lease_seconds", type_=sa.Float()))
+    if counted:
+        ours = [j.c.status == Status.RUNNING, j.c.worker_id == _bound(j.c.worker_id)]
+        return sa.update(j).where(_id_list(t, size), *ours).values(lease_until=until)
+    values = {**_running_values(t, d.now()), "lease_until": until}
+    return sa.update(j).where(_id_list(t, size), j.c.status == Status.AVAILABLE).values(values)
+
+
+def jobs_extend_leases(t: QueueTables, d: Dialect) -> sa.Update:
+    """Move on the leases of the jobs ``:ids`` that still run under one of ``:workers`` (a
+    worker's heartbeat)."""
+    j = t.jobs
+    until = d.now_plus(sa.bindparam("lease_seconds", type_=sa.Float()))
+    return (
+        sa.update(j)
+        .where(
+            d.in_list(j.c.id, "ids"),
+            j.c.status == Status.RUNNING,
+            j.c.lease_until.is_not(None),
+            j.c.worker_id.in_(sa.bindparam("workers", expanding=True)),
+        )
+        .values(lease_until=until)
+    )
 
 
 def jobs_read_marked_running(t: QueueTables, d: Dialect, size: int) -> sa.Select:
@@ -350,7 +383,7 @@ def jobs_succeeded_among(t: QueueTables, d: Dialect, ids: Sequence[int]) -> sa.S
     return sa.select(j.c.id).where(j.c.id.in_(list(ids)), j.c.status == Status.SUCCEEDED)
 
 
-def _fenced(t: QueueTables, job: Any, fence: Any) -> list[Any]:
+def _fenced(t: QueueTables, d: Dialect, job: Any, fence: Any) -> list[Any]:
     """The WHERE of an outcome written by ``fence``'s claim (``strategies.base.Fence``)."""
     j = t.jobs
     guard = [j.c.id == job.id, j.c.status == fence.status]
@@ -358,6 +391,8 @@ def _fenced(t: QueueTables, job: Any, fence: Any) -> list[Any]:
         guard.append(j.c.worker_id == fence.claimed_by)
     if fence.same_attempt:
         guard.append(j.c.attempt == job.attempt - fence.attempt_increment)
+    if fence.lease_expired:  # a heartbeat may have moved it on since the job was listed
+        guard.append(j.c.lease_until < d.now())
     return guard
 
 
@@ -383,7 +418,7 @@ def jobs_fail(
         values.update(status=Status.DEAD, finished_at=now)
     else:
         values.update(status=Status.AVAILABLE, run_at=d.now_plus(retry_in))
-    return sa.update(j).where(*_fenced(t, job, fence)).values(values)
+    return sa.update(j).where(*_fenced(t, d, job, fence)).values(values)
 
 
 def jobs_cancel_running(
@@ -399,7 +434,7 @@ def jobs_cancel_running(
     now = d.now()
     return (
         sa.update(j)
-        .where(*_fenced(t, job, fence))
+        .where(*_fenced(t, d, job, fence))
         .values(
             status=Status.CANCELLED,
             attempt=j.c.attempt + fence.attempt_increment,
@@ -564,11 +599,24 @@ def jobs_states(t: QueueTables, d: Dialect, ids: Sequence[int]) -> sa.Select:
 
 
 def jobs_running(t: QueueTables, d: Dialect, limit: int) -> sa.Select:
-    """Jobs committed as ``running``, oldest first (rescue looks for their dead workers)."""
+    """Jobs committed as ``running`` under a lock, oldest first (rescue looks for their dead
+    workers: a free lock); a leased job's lease says whether its worker lives."""
     j = t.jobs
     return (
         sa.select(*_job_columns(t), j.c.started_at)
-        .where(j.c.status == Status.RUNNING)
+        .where(j.c.status == Status.RUNNING, j.c.lease_until.is_(None))
+        .order_by(j.c.id)
+        .limit(limit)
+    )
+
+
+def jobs_lease_expired(t: QueueTables, d: Dialect, limit: int) -> sa.Select:
+    """Running jobs whose lease ended: their worker stopped heartbeating (rescue retries
+    them), oldest first."""
+    j = t.jobs
+    return (
+        sa.select(*_job_columns(t), j.c.started_at)
+        .where(j.c.status == Status.RUNNING, j.c.lease_until < d.now())
         .order_by(j.c.id)
         .limit(limit)
     )
@@ -1137,12 +1185,22 @@ def periodic_delete(t: QueueTables, d: Dialect, name: str, ticks: Sequence[Any])
 
 # ---- queue-limit slots (limit_slots.py) ---------------------------------------------------------
 def slots_free(t: QueueTables, d: Dialect) -> sa.Select:
-    """The lowest slot of ``:queue`` numbered below ``:slots`` (the strategy adds its locking:
-    ``FOR UPDATE SKIP LOCKED``, the first slot nobody holds)."""
-    s = t.slots
+    """The lowest slot of ``:queue`` numbered below ``:slots`` that no job running under a
+    lease holds (the strategy adds its locking: ``FOR UPDATE SKIP LOCKED``, the first slot
+    nobody holds in a transaction). A leased job's claim committed: its slot row records it."""
+    s, j = t.slots, t.jobs
+    leased_holder = (
+        sa.select(j.c.id)
+        .where(j.c.id == s.c.job_id, j.c.status == Status.RUNNING, j.c.lease_until.is_not(None))
+        .exists()
+    )
     return (
         sa.select(s.c.slot)
-        .where(s.c.queue == _bound(s.c.queue), s.c.slot < sa.bindparam("slots", type_=sa.Integer()))
+        .where(
+            s.c.queue == _bound(s.c.queue),
+            s.c.slot < sa.bindparam("slots", type_=sa.Integer()),
+            sa.not_(leased_holder),
+        )
         .order_by(s.c.slot)
         .limit(1)
     )

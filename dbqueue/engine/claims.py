@@ -243,6 +243,29 @@ class Claims:
         made = self._sorted_readers[key] = (row_reader(shifted), order)
         return made
 
+    # ---- leases: jobs run outside their claim's transaction -----------------------------------
+    def lease(
+        self, conn: Connection, jobs: Sequence[Job], worker_id: str, seconds: float, counted: bool
+    ) -> int:
+        """Commit-ready: mark claimed jobs running under a lease for ``worker_id`` (``counted``:
+        a committed claim already marked them running and counted the attempt); returns the
+        rows marked. The jobs' attempt is then the one counted in their rows."""
+        size = len(jobs)
+        stmt = self.sql(catalog.jobs_lease, size, counted)
+        params = {"worker_id": worker_id, "lease_seconds": float(seconds)}
+        params.update(zip(id_names(size), [job.id for job in jobs], strict=True))
+        return self.sql.compiled(stmt).rowcount(conn, params)
+
+    def extend_leases(
+        self, conn: Connection, ids: Sequence[int], worker_ids: Sequence[str], seconds: float
+    ) -> int:
+        """Move on the leases of these jobs that still run under one of ``worker_ids``;
+        returns how many rows it changed (fewer: a lease was lost, the job rescued)."""
+        if not ids:
+            return 0
+        params = {"ids": list(ids), "workers": list(worker_ids), "lease_seconds": float(seconds)}
+        return int(conn.execute(self.sql(catalog.jobs_extend_leases), params).rowcount)
+
     def release_claims(self, conn: Connection, jobs: Sequence[Job], fence: Fence) -> None:
         """Undo a committed claim of jobs never started (the worker is stopping), or whose
         transaction rolled back; the fence's ``claimed_by`` leaves alone jobs another worker

@@ -96,6 +96,11 @@ class Queries:
         rows = conn.execute(self.sql.new(catalog.jobs_running, limit))
         return [Job.from_tuple(row, 0) for row in rows]
 
+    def lease_expired(self, conn: Connection, limit: int) -> list[Job]:
+        """Running jobs whose lease ended (rescue retries them)."""
+        rows = conn.execute(self.sql.new(catalog.jobs_lease_expired, limit))
+        return [Job.from_tuple(row, 0) for row in rows]
+
     def runnable_queues(self, conn: Connection, waited: float = 0.0) -> list[str]:
         """Queues holding jobs that have been runnable for at least ``waited`` seconds."""
         rows = conn.execute(self.sql.new(catalog.jobs_runnable_queues, waited))

@@ -83,6 +83,8 @@ class RuntimeContext:
         self.tables = tables_for(self.names)
         self._resolve_job_defaults(settings, backoff)
         self.registry = registry if registry is not None else TaskRegistry()
+        if settings.transaction is not None:
+            self.registry.default_transaction = settings.transaction
         self.retry_policy = RetryPolicy(self.registry, self.backoff)
         self.subscriptions = SubscriptionStore(self.tables)
         timeout = settings.webhook_timeout

@@ -194,7 +194,35 @@ class Maintenance(Service):
         return result
 
     def _rescue_jobs(self, conn: Connection, engine: QueueEngine) -> str:
-        """Retry ``running`` jobs whose worker died: their lock is free for anyone to take."""
+        """Retry ``running`` jobs whose worker died: their lease ended, or their lock is free
+        for anyone to take."""
+        leased = self._rescue_leased(conn, engine)
+        locked = self._rescue_locked(conn, engine)
+        return f"{leased}; {locked}" if leased else locked
+
+    def _rescue_leased(self, conn: Connection, engine: QueueEngine) -> str:
+        """Retry the jobs whose lease ended (their worker stopped heartbeating), each fenced
+        by its lease still being over: a late heartbeat keeps its job."""
+        with conn.begin():
+            expired = engine.queries.lease_expired(conn, RESCUE_BATCH)
+        rescued: list[int] = []
+        fence = Fence.lease_ended(self.worker_id)
+        for job in expired:
+            message = (
+                f"the worker running this job ({job.worker_id}) stopped heartbeating: its lease "
+                f"ended before the job finished; rescued by {self.worker_id}"
+            )
+            failure = self.context.retry_policy.failure(job, message)
+            with conn.begin():
+                if engine.outcomes.fail(conn, job, fence, failure).changed:
+                    rescued.append(job.id)
+        if not rescued:
+            return ""
+        ids = ", ".join(str(job_id) for job_id in rescued[:20])
+        return f"rescued {len(rescued)} job(s) whose lease ended: {ids}"
+
+    def _rescue_locked(self, conn: Connection, engine: QueueEngine) -> str:
+        """Retry the jobs committed ``running`` under a lock that is free now."""
         locks = self.strategy.liveness_locks
         with conn.begin():
             running = engine.queries.running_jobs(conn, RESCUE_BATCH)

@@ -37,13 +37,15 @@ class Fence:
     the claim did not count the attempt. ``worker_id``: who records the outcome (written on
     the row). ``claimed_by``: only rows this worker claimed (committed claims: a job rescued
     and claimed again since belongs to someone else). ``same_attempt``: only the attempt that
-    ran (an outcome written outside the claim's transaction, after it ended)."""
+    ran (an outcome written outside the claim's transaction, after it ended).
+    ``lease_expired``: only while the job's lease has ended (rescue of a leased job)."""
 
     status: str
     attempt_increment: int
     worker_id: str
     claimed_by: str | None = None
     same_attempt: bool = False
+    lease_expired: bool = False
 
     def guarded(self) -> Fence:
         """This fence, for an outcome written after the claim's transaction ended."""
@@ -58,6 +60,18 @@ class Fence:
     def rescue(cls, worker_id: str) -> Fence:
         """Rescue's fence: a ``running`` job whose worker died, whoever it was."""
         return cls(Status.RUNNING, 0, worker_id)
+
+    @classmethod
+    def lease_ended(cls, worker_id: str) -> Fence:
+        """Rescue's fence for a leased job: ``running`` and its lease still over."""
+        return cls(Status.RUNNING, 0, worker_id, lease_expired=True)
+
+    @classmethod
+    def leased(cls, worker_id: str) -> Fence:
+        """The fence of a job run under a lease (whatever the strategy): its outcome, written
+        after the claim committed, changes the row only if it still runs this attempt under
+        this worker."""
+        return cls(Status.RUNNING, 0, worker_id, claimed_by=worker_id, same_attempt=True)
 
 
 class ClaimStatements(Protocol):

@@ -55,11 +55,16 @@ class SkipLockedStrategy(ClaimStrategy):
         """The slot is a row of the slots table, locked like the jobs: ``FOR UPDATE SKIP
         LOCKED`` in the batch transaction. It is held until that transaction ends — the job's
         outcome commits, or the worker dies and the database rolls it back, freeing the slot
-        and the job together. One slot, so one job: a batch runs its jobs one after another."""
+        and the job together. One slot, so one job. Its holder is written on the row: a job
+        run outside the transaction, under a lease, keeps the slot while it runs."""
         stmt = claims.free_slot(locking=skip_locked)
-        if claims.take_slot(conn, stmt, queue, slots) is None:
+        slot = claims.take_slot(conn, stmt, queue, slots)
+        if slot is None:
             return None
-        return self.claim(conn, claims, queue, 1, worker_id)
+        jobs = self.claim(conn, claims, queue, 1, worker_id)
+        if jobs:
+            claims.record_slot(conn, queue, slot, jobs[0].id, worker_id)
+        return jobs
 
     def claim_task(
         self,

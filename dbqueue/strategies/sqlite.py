@@ -45,11 +45,19 @@ class SQLiteStrategy(ClaimStrategy):
         worker_id: str,
         slots: int,
     ) -> list[Job] | None:
-        """No slot to take: the batch transaction holds the database's one write lock from the
-        claim to the outcome's commit, so one batch runs at a time in the whole database, its
-        jobs one after another — at most one job of any queue runs at once, within every limit.
-        A killed worker's lock vanishes with its process."""
-        return self.claim(conn, claims, queue, limit, worker_id)
+        """The batch transaction holds the database's one write lock from the claim to the
+        outcome's commit, so one batch runs at a time in the whole database, its jobs one
+        after another. A job run outside the transaction, under a lease, outlives the lock: so
+        the claim takes a slot no leased job holds (the slots table), and writes the job on it.
+        A killed worker's lock vanishes with its process; its leased job's slot frees once its
+        lease ends and rescue retries the job."""
+        slot = claims.take_slot(conn, claims.free_slot(), queue, slots)
+        if slot is None:
+            return None
+        jobs = self.claim(conn, claims, queue, 1, worker_id)
+        if jobs:
+            claims.record_slot(conn, queue, slot, jobs[0].id, worker_id)
+        return jobs
 
     def claim_task(
         self,

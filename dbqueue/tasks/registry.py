@@ -57,6 +57,10 @@ class TaskDefinition:
     subscription_id: str | None = None
     #: For a batch task: its handler is ``handler(jobs, session)``.
     batch: BatchOptions | None = None
+    #: Whether its jobs run inside their claim's transaction (None: the App's default). False:
+    #: the claim commits the job as running under a lease; the handler runs outside any
+    #: transaction of dbqueue's and its session commits its own writes.
+    transaction: bool | None = None
 
 
 ANY_TOPIC = "*"
@@ -107,6 +111,10 @@ class TaskRegistry:
         self.hooks = WorkerHooks()
         #: Whether any task takes its jobs in batches (else no job needs looking at for it).
         self.has_batches = False
+        #: The execution mode of tasks that do not choose one (``App(transaction=…)``).
+        self._default_transaction = True
+        #: Whether any job may run outside its claim's transaction (else none is looked at).
+        self.has_leased = False
 
     # ---- tasks ----------------------------------------------------------------------------
     def register(self, definition: TaskDefinition) -> TaskDefinition:
@@ -121,7 +129,32 @@ class TaskRegistry:
             _merge(existing, definition)
         self._tasks[definition.name] = definition
         self.has_batches = self.has_batches or definition.batch is not None
+        self.has_leased = self.has_leased or definition.transaction is False
         return definition
+
+    # ---- execution modes ------------------------------------------------------------------
+    @property
+    def default_transaction(self) -> bool:
+        return self._default_transaction
+
+    @default_transaction.setter
+    def default_transaction(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ConfigurationError(
+                f"transaction={value!r} must be True (jobs run in their claim's transaction) "
+                "or False (outside it, under a lease)"
+            )
+        self._default_transaction = value
+        self.has_leased = self.has_leased or not value
+
+    def in_transaction(self, job: Job) -> bool:
+        """Whether ``job`` runs inside its claim's transaction (its task's mode, else the
+        App's default); a dead-letter job runs as its task does."""
+        if not self.has_leased:
+            return True
+        definition = self.definition_of(job) or self.catch_all
+        chosen = definition.transaction if definition is not None else None
+        return self._default_transaction if chosen is None else chosen
 
     def add_dead_handler(self, name: str, handler: Handler) -> None:
         definition = self._tasks.get(name)
@@ -152,6 +185,7 @@ class TaskRegistry:
         if definition.queue is not None:
             check_queue_name(definition.queue)
         key = (definition.name, definition.subscription_id)
+        self.has_leased = self.has_leased or definition.transaction is False
         existing = self._subscribers.get(key)
         what = f"subscriber {definition.subscription_id!r} of topic {definition.name!r}"
         _check_not_twice(what, existing, definition)

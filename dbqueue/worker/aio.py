@@ -131,12 +131,14 @@ class AsyncSlot:
             self._cancelled = run
             self._task.cancel()
 
-    def session(self, conn: Connection, savepoint: bool) -> AsyncJobSession:
+    def session(
+        self, conn: Connection, savepoint: bool, own_transaction: bool = False
+    ) -> AsyncJobSession:
         from sqlalchemy.ext.asyncio import AsyncConnection
 
         from dbqueue.worker.async_session import AsyncJobSession
 
-        return AsyncJobSession(AsyncConnection(self.engine, conn), savepoint=savepoint)
+        return AsyncJobSession(AsyncConnection(self.engine, conn), savepoint, own_transaction)
 
     def run_async(self, handler: Any, job: Any, session: Any, slot: Slot | None) -> Any:
         """Await ``handler(job, session)`` from the slot's greenlet: in the slot's own task, so

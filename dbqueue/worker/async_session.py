@@ -30,13 +30,20 @@ class AsyncJobSession(AsyncSession):
     ``commit()`` only flushes, ``close()`` is ignored): its writes commit if and only if the job
     is marked succeeded."""
 
-    def __init__(self, connection: AsyncConnection, savepoint: bool = True) -> None:
+    def __init__(
+        self, connection: AsyncConnection, savepoint: bool = True, own_transaction: bool = False
+    ) -> None:
         super().__init__(
             bind=connection,
-            sync_session_class=lambda bind, binds=None, **kw: JobSession(bind, savepoint),
+            sync_session_class=lambda bind, binds=None, **kw: JobSession(
+                bind, savepoint, own_transaction
+            ),
         )
+        self.own_transaction = own_transaction
 
     def begin(self) -> Any:  # type: ignore[override]
+        if self.own_transaction:  # outside the claim's transaction: the handler's own
+            return super().begin()
         return _AsyncFlushOnExit(self)
 
     # ---- called by the worker (from the slot's greenlet, where I/O may run synchronously) ----

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Connection
 
@@ -29,37 +28,15 @@ from dbqueue.strategies import ClaimStrategy
 from dbqueue.strategies.base import Fence
 from dbqueue.tasks.retry import BACKOFF, Requested
 from dbqueue.worker.aio import AsyncSlot
+from dbqueue.worker.batch_result import BatchResult, Ran
 from dbqueue.worker.batches import units
 from dbqueue.worker.finished import FinishedJobs
 from dbqueue.worker.handlers import HandlerCalls, Outcome, Sessions
 from dbqueue.worker.joblog import JobLog
+from dbqueue.worker.leased import LeaseBook, LeasedRuns
 from dbqueue.worker.watchdog import Slot, Watchdog
 
 log = logging.getLogger("dbqueue.worker")
-
-
-@dataclass
-class BatchResult:
-    succeeded: int = 0
-    failed: int = 0
-    skipped: int = 0
-    cancelled: int = 0
-    #: The jobs' locks went with the outcome's commit (``strategy.releases_with_outcome``).
-    released: bool = False
-    #: Time spent in the handlers (what sizes the next batch; the claim and commits excluded).
-    handler_seconds: float = 0.0
-
-
-@dataclass
-class _Ran:
-    """What running a batch's handlers produced, before the successes are written."""
-
-    result: BatchResult = field(default_factory=BatchResult)
-    done: list[tuple[Job, str | None]] = field(default_factory=list)  # (job, stored value)
-    started: list[Job] = field(default_factory=list)
-    #: Never started (the worker is stopping), or given back by their batch: as if unclaimed.
-    unstarted: list[Job] = field(default_factory=list)
-    changed: int = 0  # rows the failures' UPDATEs changed
 
 
 class ClaimLostError(DbqueueError):
@@ -87,6 +64,7 @@ class BatchExecutor:
         job_log: JobLog | None = None,
         notifier: Notifier | None = None,
         aio: AsyncSlot | None = None,
+        leases: LeaseBook | None = None,
     ) -> None:
         self.registry = context.registry
         self.policy = context.retry_policy
@@ -115,6 +93,8 @@ class BatchExecutor:
         #: Set in an async slot (its sessions are async ones for async handlers).
         self.aio = aio
         self._last_sessions: Sessions | None = None
+        #: Jobs of tasks that run outside their claim's transaction, under a lease.
+        self.leased = LeasedRuns(self, leases)
 
     def _sessions(self, conn: Connection, savepoint: bool = True) -> Sessions:
         """The sessions of a batch: the last batch's again when it ran on the same connection
@@ -196,9 +176,9 @@ class BatchExecutor:
             try:
                 try:
                     with conn.begin():
-                        self._watch(conn, unit)
+                        self.watch(conn, unit)
                         began = time.monotonic()
-                        outcomes, undone = self._run_unit(
+                        outcomes, undone = self.run_unit(
                             self._sessions(conn, savepoint=False), unit
                         )
                         result.handler_seconds += time.monotonic() - began
@@ -217,26 +197,43 @@ class BatchExecutor:
 
     def _settle_alone(
         self, conn: Connection, engine: QueueEngine, unit: list[Job], outcomes: list[Outcome]
-    ) -> _Ran:
+    ) -> Ran:
         """Write one handler call's outcomes in its own transaction, fenced."""
-        ran = _Ran()
-        self._take(conn, engine, unit, outcomes, ran)
-        changed = engine.outcomes.complete(conn, ran.done, self.fence)
-        engine.claims.release_claims(conn, ran.unstarted, self.fence)
+        ran = self.settle(conn, engine, unit, outcomes, self.fence)
+        self._check_still_ours(conn, engine, ran.started, ran.recorded)
+        return ran
+
+    def settle(
+        self,
+        conn: Connection,
+        engine: QueueEngine,
+        unit: list[Job],
+        outcomes: list[Outcome],
+        fence: Fence,
+    ) -> Ran:
+        """Write one handler call's outcomes, fenced by ``fence``, after its claim's transaction
+        ended; ``lost``: some changed no row (the job is another claim's now)."""
+        ran = Ran()
+        self._take(conn, engine, unit, outcomes, ran, fence)
+        changed = engine.outcomes.complete(conn, ran.done, fence)
+        engine.claims.release_claims(conn, ran.unstarted, fence)
         self.finished.note(ran.started)
-        self._check_still_ours(conn, engine, ran.started, changed + ran.changed)
+        ran.recorded = changed + ran.changed
         ran.result.skipped = len(ran.unstarted)
         return ran
 
-    def give_back(self, conn: Connection, engine: QueueEngine, jobs: list[Job]) -> None:
+    def give_back(
+        self, conn: Connection, engine: QueueEngine, jobs: list[Job], fence: Fence | None = None
+    ) -> None:
         """After a failed transaction: put the jobs this worker still has 'running' back to
-        'available', as if never started. Best effort (the database may be what failed); what
-        is left behind, rescue retries once the locks are free."""
+        'available', as if never started (``fence``: whose claim, by default this thread's).
+        Best effort (the database may be what failed); what is left behind, rescue retries once
+        the locks are free (or the leases end)."""
         try:
             if conn.in_transaction():
                 conn.rollback()
             with conn.begin():
-                engine.claims.release_claims(conn, jobs, self.fence)
+                engine.claims.release_claims(conn, jobs, fence or self.fence)
         except Exception as exc:  # the connection is broken: rescue takes over
             log.debug("could not give back %d claimed job(s): %s", len(jobs), exc)
 
@@ -281,13 +278,13 @@ class BatchExecutor:
         engine: QueueEngine,
         jobs: list[Job],
         should_stop: Callable[[], bool],
-    ) -> _Ran:
-        ran = _Ran()
+    ) -> Ran:
+        ran = Ran()
         session = self._sessions(conn)
         if self.job_log is not None:
             self.job_log.drop()  # runs noted in a batch that failed never committed
         self.finished.drop()
-        self._watch(conn, jobs)
+        self.watch(conn, jobs)
         todo = units(self.registry, jobs)
         single = not self.registry.has_batches  # every unit is one job of a plain task
         clock = time.monotonic
@@ -308,7 +305,7 @@ class BatchExecutor:
                     continue
                 outcomes = [outcome]
             else:
-                outcomes, _ = self._run_unit(session, unit)
+                outcomes, _ = self.run_unit(session, unit)
                 ran.result.handler_seconds += clock() - began
             self._take(conn, engine, unit, outcomes, ran)
         ran.result.skipped = len(ran.unstarted)
@@ -317,7 +314,7 @@ class BatchExecutor:
             engine.claims.release_claims(conn, ran.unstarted, self.fence)  # committed: undo
         return ran
 
-    def _run_unit(self, session: Sessions, unit: list[Job]) -> tuple[list[Outcome], bool]:
+    def run_unit(self, session: Sessions, unit: list[Job]) -> tuple[list[Outcome], bool]:
         """One handler call: its jobs' outcomes, and whether its writes were undone."""
         registry = self.registry
         if len(unit) > 1 or (registry.has_batches and registry.batch_of(unit[0]) is not None):
@@ -331,10 +328,12 @@ class BatchExecutor:
         engine: QueueEngine,
         unit: list[Job],
         outcomes: list[Outcome],
-        ran: _Ran,
+        ran: Ran,
+        fence: Fence | None = None,
     ) -> None:
-        """Note a handler call's successes, record its failures, set aside the jobs it gave
-        back."""
+        """Note a handler call's successes, record its failures (fenced by ``fence``, else
+        this thread's claims' fence), set aside the jobs it gave back."""
+        fence = fence or self.fence
         for job, outcome in zip(unit, outcomes, strict=True):
             if outcome.given_back:
                 ran.unstarted.append(job)
@@ -344,7 +343,7 @@ class BatchExecutor:
                 ran.done.append((job, outcome.value))
                 ran.result.succeeded += 1
                 continue
-            ran.changed += self._record(conn, engine, job, outcome, self.fence)
+            ran.changed += self._record(conn, engine, job, outcome, fence)
             if outcome.cancelled:
                 ran.result.cancelled += 1
             else:
@@ -367,10 +366,10 @@ class BatchExecutor:
             self.job_log.committed()
         self.finished.committed()
 
-    def _watch(self, conn: Connection, jobs: list[Job]) -> None:
+    def watch(self, conn: Connection, jobs: list[Job], leased: bool = False) -> None:
         """Tell the watchdog's slot what a stuck handler's thread holds."""
         if self.slot is not None:
-            self.slot.connection, self.slot.batch = conn, jobs
+            self.slot.connection, self.slot.batch, self.slot.leased = conn, jobs, leased
 
     def record_cancelled(
         self, conn: Connection, engine: QueueEngine, job: Job, message: str, fence: Fence

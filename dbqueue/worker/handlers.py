@@ -367,10 +367,18 @@ class Sessions:
     """The sessions a batch's handlers get, on the batch's connection: a JobSession for plain
     handlers, an AsyncJobSession for async ones (each made on first use)."""
 
-    __slots__ = ("conn", "savepoint", "aio", "_sync", "_async")
+    __slots__ = ("conn", "savepoint", "aio", "own_transaction", "_sync", "_async")
 
-    def __init__(self, conn: Connection, savepoint: bool, aio: AsyncSlot | None) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        savepoint: bool,
+        aio: AsyncSlot | None,
+        own_transaction: bool = False,
+    ) -> None:
         self.conn, self.savepoint, self.aio = conn, savepoint, aio
+        #: The job runs outside its claim's transaction: the sessions' transactions are theirs.
+        self.own_transaction = own_transaction
         self._sync: JobSession | None = None
         self._async: Any = None
 
@@ -396,10 +404,10 @@ class Sessions:
         if is_async:
             if self._async is None:
                 assert self.aio is not None
-                self._async = self.aio.session(self.conn, self.savepoint)
+                self._async = self.aio.session(self.conn, self.savepoint, self.own_transaction)
             return self._async
         if self._sync is None:
-            self._sync = JobSession(self.conn, savepoint=self.savepoint)
+            self._sync = JobSession(self.conn, self.savepoint, self.own_transaction)
         return self._sync
 
 

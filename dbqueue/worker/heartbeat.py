@@ -5,7 +5,8 @@ At start the row says who the worker is (host, pid, queues, concurrency, strateg
 ``interval`` seconds the heartbeat writes what runs now (read from the watchdog's slots, in
 memory) and the counters the worker keeps anyway (its summary), and pushes ``expires_at`` on.
 At exit the row is deleted. A worker killed without a word leaves a row that expires: readers
-show it as gone and maintenance deletes it.
+show it as gone and maintenance deletes it. Each beat also moves on the leases of the jobs the
+worker runs outside their claim's transaction (``leased.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sqlalchemy.engine import Engine
 from dbqueue.base.service import Service
 from dbqueue.job import Job
 from dbqueue.runtime.context import RuntimeContext
+from dbqueue.worker.leased import LeaseBook
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -52,9 +54,13 @@ class Heartbeat(Service):
         running: Running,
         counters: Counters,
         interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        leases: LeaseBook | None = None,
     ) -> None:
         super().__init__()
         self.context = context
+        #: The jobs table's database, where the leases of the jobs this worker runs are.
+        self.jobs_engine = engine
+        self.leases = leases
         #: The registry's database: the queue's, or its side file (SQLite).
         self.engine = context.workers_side_engine() or engine
         self.id = uuid.uuid4().hex
@@ -93,12 +99,24 @@ class Heartbeat(Service):
             log.debug("could not delete the worker's row: %s", _line(exc))
 
     def beat(self) -> None:
+        if self.leases is not None and self.leases.held():
+            self.extend_leases()
         values = self.snapshot()
         with self.engine.begin() as conn:
             engine = self.context.queue_engine(conn)
             if engine.workers.heartbeat_worker(conn, self.id, values, self.ttl):
                 return
         self._register()  # deleted as stale after a stall: back in the registry
+
+    def extend_leases(self) -> None:
+        """Move on the leases of the jobs running outside their claim's transaction: first,
+        so that a slow registry write never costs a lease."""
+        assert self.leases is not None
+        try:
+            with self.jobs_engine.begin() as conn:
+                self.leases.extend(conn, self.context.queue_engine(conn))
+        except Exception as exc:  # the database is away: the next beat tries again
+            log.warning("could not move the leases of running jobs on: %s", _line(exc))
 
     def snapshot(self) -> dict[str, Any]:
         """What the worker runs and has done, from memory."""

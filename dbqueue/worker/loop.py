@@ -21,9 +21,11 @@ from dbqueue.errors import SchemaMissingError
 from dbqueue.job import Job
 from dbqueue.lockserver.client import LockServerUnavailableError
 from dbqueue.worker.aio import AsyncSlot, LoopWaits, Waits
+from dbqueue.worker.batch_result import BatchResult
 from dbqueue.worker.batches import gather
-from dbqueue.worker.executor import BatchExecutor, BatchResult
+from dbqueue.worker.executor import BatchExecutor
 from dbqueue.worker.joblog import JobLog, JobLogWriter
+from dbqueue.worker.leased import LeaseBook
 from dbqueue.worker.process import discard as _discard
 from dbqueue.worker.process import first_line as _first_line
 from dbqueue.worker.state import RunState
@@ -100,6 +102,7 @@ class ClaimLoop:
         watchdog: Watchdog,
         job_log_writer: JobLogWriter | None,
         report: Callable[[BaseException], None],
+        leases: LeaseBook | None = None,
     ) -> None:
         self.context = context
         self.plan = plan
@@ -110,6 +113,8 @@ class ClaimLoop:
         self.watchdog = watchdog
         self.job_log_writer = job_log_writer
         self.report = report
+        #: The leased jobs the worker runs, whose leases its heartbeat moves on.
+        self.leases = leases
 
     def thread_main(self, index: int, aio: AsyncSlot | None = None) -> None:
         """One slot's loop: a worker thread's (``aio`` None), or an async slot's, run in a
@@ -138,6 +143,7 @@ class ClaimLoop:
             job_log=JobLog(self.job_log_writer) if self.job_log_writer is not None else None,
             notifier=self.notifier,
             aio=aio,
+            leases=self.leases,
         )
         state = _ThreadState(
             turn=index,
@@ -376,21 +382,27 @@ def claim_and_run(
 ) -> BatchResult | None:
     """Claim with ``claim`` (a call of the executor's strategy) and run the jobs; None when it
     got nothing. An in-transaction claim runs and commits in one transaction; a committed
-    claim's jobs are given back, and their locks released, if running them fails."""
+    claim's jobs are given back, and their locks released, if running them fails. Jobs of
+    tasks that run outside their claim's transaction are put under a lease by the claim's
+    transaction (or one of their own) and run after it committed."""
     strategy = executor.strategy
     if strategy.claims_in_transaction:
         with conn.begin():
             jobs = claim()
             if not jobs:
                 return None
-            done = executor.execute(conn, engine, jobs, should_stop)
+            held, leased = executor.leased.take(conn, engine, jobs)
+            done = executor.execute(conn, engine, held, should_stop) if held else BatchResult()
         executor.after_commit()
-        return done
+        return _run_leased(executor, conn, engine, leased, should_stop, done)
     jobs = claim()  # commits 'running'
     if not jobs:
         return None
     try:
-        result = executor.execute_committed(conn, engine, jobs, should_stop)
+        held, leased = executor.leased.take(conn, engine, jobs)
+        result = (
+            executor.execute_committed(conn, engine, held, should_stop) if held else BatchResult()
+        )
     except Abandoned:
         raise  # the watchdog recorded the outcome; this thread writes nothing more
     except BaseException:
@@ -400,5 +412,36 @@ def claim_and_run(
         except Exception:  # the original error says more; rescue frees what is left
             log.debug("releasing the locks of a failed batch failed", exc_info=True)
         raise
-    strategy.release(conn, engine.claims, jobs, jobs_released=result.released)
-    return result
+    if held:
+        strategy.release(conn, engine.claims, held, jobs_released=result.released)
+    return _run_leased(executor, conn, engine, leased, should_stop, result)
+
+
+def _run_leased(
+    executor: BatchExecutor,
+    conn: Connection,
+    engine: QueueEngine,
+    leased: list[Job],
+    should_stop: Callable[[], bool],
+    done: BatchResult,
+) -> BatchResult:
+    """Run the claim's leased jobs (none: ``done`` as it is), adding up their results."""
+    if not leased:
+        return done
+    try:
+        ran = executor.leased.run(conn, engine, leased, should_stop)
+    except Abandoned:
+        raise
+    except BaseException:
+        executor.give_back(conn, engine, leased, executor.leased.fence)
+        try:
+            executor.strategy.release(conn, engine.claims, leased)
+        except Exception:
+            log.debug("releasing the locks of a failed leased batch failed", exc_info=True)
+        raise
+    done.succeeded += ran.succeeded
+    done.failed += ran.failed
+    done.cancelled += ran.cancelled
+    done.skipped += ran.skipped
+    done.handler_seconds += ran.handler_seconds
+    return done

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.engine import Engine
 
 from dbqueue.job import Job
+from dbqueue.strategies.base import Fence
 from dbqueue.worker.executor import BatchExecutor
 from dbqueue.worker.handlers import cancel_message, timeout_message
 from dbqueue.worker.process import first_line as _first_line
@@ -126,12 +127,15 @@ class AbandonedThreads:
                 with self.engine.connect() as conn:
                     engine = self.context.queue_engine(conn)
                     # The abandoned thread's claim, recorded by the watchdog's executor.
-                    fence = self.strategy.fence(worker_id).recorded_by(executor.worker_id)
+                    claimed = Fence.leased(worker_id) if slot.leased else None
+                    fence = (claimed or self.strategy.fence(worker_id)).recorded_by(
+                        executor.worker_id
+                    )
                     with conn.begin():
                         changed = sum(
                             record(conn, engine, member, message, fence) for member in group
                         )
-                        if not self.strategy.claims_in_transaction:
+                        if slot.leased or not self.strategy.claims_in_transaction:
                             engine.claims.release_claims(conn, others, fence)
                     self.strategy.release_abandoned(engine.claims, slot.batch, slot.thread_id)
                 break

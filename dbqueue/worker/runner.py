@@ -24,6 +24,7 @@ from dbqueue.runtime.maintenance import Maintenance
 from dbqueue.worker.aio import EventLoop
 from dbqueue.worker.heartbeat import DEFAULT_HEARTBEAT_INTERVAL, Heartbeat
 from dbqueue.worker.joblog import JobLogWriter
+from dbqueue.worker.leased import DEFAULT_LEASE_SECONDS, LeaseBook
 from dbqueue.worker.lifecycle import Lifecycle, Starter, Stop
 from dbqueue.worker.limit_slots import prepare_slots
 from dbqueue.worker.loki import LokiShipper
@@ -35,6 +36,7 @@ from dbqueue.worker.settings import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_PUSH_POLL_INTERVAL,
     WorkerSettings,
+    check_lease,
     resolve_queues,
 )
 from dbqueue.worker.state import RunState, WorkerSummary
@@ -73,6 +75,9 @@ class Worker:
             notify_server=settings.lock_server,
         )
         self.settings = app_settings = self.context.settings
+        lease = settings.lease_seconds or app_settings.lease_seconds or DEFAULT_LEASE_SECONDS
+        #: The leased jobs this worker runs (``@app.task(transaction=False)``).
+        self.leases = LeaseBook(check_lease(lease, settings.heartbeat_interval))
         self.name = settings.name or f"{socket.gethostname()}:{os.getpid()}"
         self.queues, self.queue_limits = resolve_queues(
             self.context, settings.queues, settings.queue_limits
@@ -240,6 +245,7 @@ class Worker:
             self.watchdog,
             self.job_log_writer,
             report=lambda exc: hooks.report(exc, self),
+            leases=self.leases,
         )
         return WorkerThreads(
             self.run_state,
@@ -428,5 +434,6 @@ class Worker:
             lambda: watchdog.running() if watchdog is not None else [],
             lambda: (summary.processed, summary.failed),
             self.options.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL,
+            leases=self.leases,
         )
         return self.heartbeat.start().stop

@@ -35,15 +35,23 @@ class JobSession(Session):
     ``savepoint=False`` (databases without savepoints, SingleStore): the session joins the job's
     own transaction directly, and a failure is undone by rolling back that whole transaction,
     which the executor does.
+
+    ``own_transaction=True`` (a job run outside its claim's transaction): no transaction of
+    dbqueue's is open on the connection, so the session's are its own: ``commit()`` commits,
+    and what is left uncommitted when the handler returns is committed just before the job's
+    outcome (in a transaction of its own).
     """
 
-    def __init__(self, connection: Connection, savepoint: bool = True) -> None:
+    def __init__(
+        self, connection: Connection, savepoint: bool = True, own_transaction: bool = False
+    ) -> None:
         super().__init__(
             bind=connection,
             join_transaction_mode="create_savepoint" if savepoint else "rollback_only",
             expire_on_commit=False,
         )
-        self._savepoint = savepoint
+        self._savepoint = savepoint or own_transaction
+        self.own_transaction = own_transaction
         #: The tenant database session of the running job (``tenant_database=True``), ended
         #: with the job: committed by ``keep``, rolled back by ``discard``.
         self._tenant: Any = None
@@ -51,11 +59,14 @@ class JobSession(Session):
         self.tenant_used = False
 
     def commit(self) -> None:
-        self.flush()
+        if self.own_transaction:
+            Session.commit(self)
+        else:
+            self.flush()
 
     def begin(self, nested: bool = False) -> Any:
-        if nested:
-            return super().begin(nested=True)
+        if nested or self.own_transaction:
+            return super().begin(nested=nested)
         return _FlushOnExit(self)
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ from dbqueue.base.limits import check_queue_limits
 from dbqueue.config import MaintenanceSettings
 from dbqueue.errors import ConfigurationError
 from dbqueue.worker.heartbeat import DEFAULT_HEARTBEAT_INTERVAL
+from dbqueue.worker.leased import MIN_BEATS_PER_LEASE
 from dbqueue.worker.process import positive_int, positive_seconds
 from dbqueue.worker.watchdog import CANCEL_NOTICE, DEFAULT_TIMEOUT_GRACE
 
@@ -56,7 +57,10 @@ class WorkerSettings:
     seconds between the updates of the worker's row in the registry of live workers
     (``app.workers()``, ``dbqueue workers``); the row expires after four missed ones.
     install_signal_handlers: SIGTERM/SIGINT stop the worker gracefully (main thread only).
-    name: how the worker is known (default ``host:pid``).
+    name: how the worker is known (default ``host:pid``). lease_seconds: how long a job run
+    outside its claim's transaction (``@app.task(transaction=False)``) stays this worker's
+    without a heartbeat: the heartbeat moves it on; rescue retries a job whose lease ended
+    (default DBQUEUE_LEASE_SECONDS, else 60 s; at least three heartbeats).
     """
 
     queues: Sequence[str] | None = None
@@ -80,6 +84,7 @@ class WorkerSettings:
     log_jobs: bool | None = None
     queue_limits: Mapping[str, int] | None = None
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    lease_seconds: float | None = None
 
     def __post_init__(self) -> None:
         checked = {
@@ -101,10 +106,25 @@ class WorkerSettings:
             "timeout_grace",
             "cancel_notice",
             "heartbeat_interval",
+            "lease_seconds",
         ):
             checked[seconds] = positive_seconds(seconds, getattr(self, seconds))
         for option, value in checked.items():
             object.__setattr__(self, option, value)
+        if self.lease_seconds is not None:
+            check_lease(self.lease_seconds, self.heartbeat_interval)
+
+
+def check_lease(lease_seconds: float, heartbeat_interval: float) -> float:
+    """A lease outlasts a few heartbeats, so that one late beat never loses it."""
+    if lease_seconds < MIN_BEATS_PER_LEASE * heartbeat_interval:
+        raise ConfigurationError(
+            f"lease_seconds={lease_seconds:g} is shorter than {MIN_BEATS_PER_LEASE} heartbeats "
+            f"(heartbeat_interval={heartbeat_interval:g}): a late heartbeat would lose the "
+            f"lease of a job that still runs; raise it to at least "
+            f"{MIN_BEATS_PER_LEASE * heartbeat_interval:g} s, or beat more often"
+        )
+    return lease_seconds
 
 
 def resolve_queues(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from dbqueue.base.wakeup import WakeSignal
 
 if TYPE_CHECKING:
-    from dbqueue.worker.executor import BatchResult
+    from dbqueue.worker.batch_result import BatchResult
 
 
 @dataclass

@@ -82,6 +82,8 @@ class Slot:
     #: The thread's connection and the batch it runs (set per batch, only when timeouts apply).
     connection: Any = None
     batch: list[Job] = field(default_factory=list)
+    #: The batch runs outside its claim's transaction, under a lease (``Fence.leased``).
+    leased: bool = False
     job: Job | None = None
     #: The jobs of the handler call that runs: [job], or a batch handler's jobs.
     group: list[Job] = field(default_factory=list)

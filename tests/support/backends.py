@@ -319,10 +319,15 @@ class Backend(Capabilities):
     prefix: str = PREFIX
     #: HOST:PORT of the session's `dbqueue server` on this database (lock_server backends).
     server: str | None = None
+    #: The App's execution mode: None (in the claim's transaction, the default) or False (jobs
+    #: run outside it, under a lease): a module with ``BOTH_MODES = True`` runs in both.
+    transaction: bool | None = None
 
     def app(self, **options: Any) -> dbqueue.App:
         """An App on this backend's test tables; fast retries unless told otherwise."""
         options.setdefault("retry_base_interval", 0.05)
+        if self.transaction is not None:
+            options.setdefault("transaction", self.transaction)
         if self.server is not None:
             options.setdefault("lock_server", self.server)
         app = dbqueue.App(self.url, table_prefix=self.prefix, **options)
@@ -334,8 +339,11 @@ class Backend(Capabilities):
         return args + ["--server", self.server] if self.server else args
 
     def env(self) -> dict[str, str]:
-        """Environment for a `dbqueue` command on this backend (its lock server, if any)."""
-        return {"DBQUEUE_LOCK_SERVER": self.server} if self.server else {}
+        """Environment for a `dbqueue` command on this backend (its lock server, its mode)."""
+        env = {"DBQUEUE_LOCK_SERVER": self.server} if self.server else {}
+        if self.transaction is not None:
+            env["DBQUEUE_TRANSACTION"] = str(self.transaction).lower()
+        return env
 
     def run_worker(self, app: dbqueue.App, **options: Any) -> dbqueue.WorkerSummary:
         """Run a worker with this backend's strategy until nothing is runnable."""

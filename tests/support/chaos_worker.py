@@ -91,6 +91,9 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--server", help="HOST:PORT of the lock server (lock_server)")
     parser.add_argument("--async-handlers", action="store_true", help="chaos as an async def")
+    parser.add_argument(
+        "--leased", action="store_true", help="run the jobs outside their claim's transaction"
+    )
     args = parser.parse_args()
     logging.basicConfig(
         level=logging.INFO,
@@ -98,13 +101,20 @@ def main() -> int:
     )
     app = build_app(args.url, args.prefix, args.async_handlers)
     app = app.reconfigured(
-        maintenance_tick=0.5, rescue_minutes=tuple(range(60)), notify_minutes=tuple(range(60))
+        maintenance_tick=0.5,
+        rescue_minutes=tuple(range(60)),
+        notify_minutes=tuple(range(60)),
+        transaction=False if args.leased else None,
     )
+    # Leased: a killed worker's jobs wait for their lease to end. Twenty heartbeats to a lease,
+    # so that a loaded machine never loses one of a live worker.
+    leases = {"heartbeat_interval": 0.5, "lease_seconds": 10.0} if args.leased else {}
     summary = app.run_worker(
         strategy=args.strategy,
         concurrency=args.concurrency,
         poll_interval=0.2,
         lock_server=args.server,
+        **leases,
     )
     print(f"SUMMARY succeeded={summary.succeeded} failed={summary.failed}", flush=True)
     return 0
