@@ -545,10 +545,7 @@ def jobs_stats(t: QueueTables, d: Dialect, in_flight: Sequence[int] = ()) -> sa.
     waiting = j.c.status == Status.AVAILABLE
     held = j.c.id.in_(list(in_flight))
     free = [sa.not_(held)] if in_flight else []
-    if in_flight:
-        running: sa.ColumnElement = sa.case((sa.and_(waiting, held), 1), else_=0)
-    else:
-        running = sa.literal_column("0")
+    running = sa.case((sa.and_(waiting, held), 1), else_=0)
     scheduled = sa.case((sa.and_(waiting, j.c.run_at > now, *free), 1), else_=0)
     runnable_since = sa.case((sa.and_(*runnable(t, d), *free), j.c.run_at), else_=None)
     return sa.select(

@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from support.cli_runner import invoke
 from support.dashboard import serve_asgi
-from support.registry_worker import QUEUE, start_worker
+from support.registry_worker import QUEUE, register_worker, set_job_row, start_worker
 from support.waiting import wait_for
 
 import dbqueue
@@ -183,31 +183,6 @@ def test_a_running_job_is_running_for_every_reader(backend, tmp_path):
             worker.wait(30)
 
 
-def register_worker(app: dbqueue.App, name: str, jobs: list[dict]) -> None:
-    """A live worker's registry row, written by hand, listing ``jobs``."""
-    values = {
-        "id": name,
-        "name": name,
-        "host": "elsewhere",
-        "pid": 1,
-        "queues": [IDLE],
-        "concurrency": 1,
-        "strategy": "any",
-        "running": len(jobs),
-        "jobs": jobs,
-        "processed": 0,
-        "failed": 0,
-    }
-    with app.engine.begin() as conn, app.context.workers_connection(conn) as registry:
-        app.queue_engine(registry).workers.register_worker(registry, values, 600)
-
-
-def set_row(app: dbqueue.App, job_id: int, **values) -> None:
-    jobs = app.tables.jobs
-    with app.engine.begin() as conn:
-        conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
-
-
 def dashboard_statuses(app: dbqueue.App, status: str) -> dict[int, str]:
     where = queries.JobFilter(queue=IDLE, status=status)
     with app.engine.connect() as conn:
@@ -222,7 +197,7 @@ def test_a_listing_counts_while_the_row_is_at_the_attempt_before(database):
     app.enqueue(None, "hand", {"n": 2}, queue=IDLE, run_at=ten_minutes_ago)
     since = dt.datetime.now(dt.timezone.utc).isoformat()
     listing = {"id": listed_id, "queue": IDLE, "task": "hand", "attempt": 1, "since": since}
-    register_worker(app, "hand:1", [listing])
+    register_worker(app, "hand:1", [listing], [IDLE])
 
     # Listed, its row at attempt 0 and available: its first attempt runs in a transaction.
     summary = summaries(app)[IDLE]
@@ -235,7 +210,7 @@ def test_a_listing_counts_while_the_row_is_at_the_attempt_before(database):
 
     # The attempt failed and its outcome committed (attempt 1, waiting for a retry): the
     # heartbeat that still lists it is stale, and the job waits again.
-    set_row(app, listed_id, attempt=1)
+    set_job_row(app, listed_id, attempt=1)
     summary = summaries(app)[IDLE]
     assert (summary.by_status["running"], summary.by_status["available"]) == (0, 2)
     assert summary.oldest_runnable_age >= AN_HOUR - 60
@@ -245,7 +220,7 @@ def test_a_listing_counts_while_the_row_is_at_the_attempt_before(database):
     assert dashboard_statuses(app, "running") == {}
 
     # Claimed again by a committed claim the registry does not list yet: its row tells.
-    set_row(app, listed_id, status="running", attempt=2, worker_id="other:2:0")
+    set_job_row(app, listed_id, status="running", attempt=2, worker_id="other:2:0")
     summary = summaries(app)[IDLE]
     assert (summary.by_status["running"], summary.by_status["available"]) == (1, 1)
     with app.engine.connect() as conn:
