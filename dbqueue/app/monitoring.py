@@ -111,10 +111,9 @@ def worker_infos(engine: Any, conn: Any, include_gone: bool = False) -> list[Wor
 def stats_report(summaries: list[QueueSummary]) -> dict[str, Any]:
     """``/api/v1/stats`` and ``dbqueue stats --json``, in Lowkiq's shape: per queue and in
     total, ``length`` (jobs waiting: runnable now or scheduled), ``morgue_length`` (dead
-    jobs) and ``lag`` (seconds the oldest runnable job that is not running yet has waited;
-    0 when none waits), plus
-    every status's count. Lowkiq's ``by_worker`` is ``by_queue`` here (a Lowkiq worker owns
-    one queue)."""
+    jobs) and ``lag`` (seconds the oldest runnable job not running yet has waited; 0 when
+    none waits), plus every status's count. Lowkiq's ``by_worker`` is ``by_queue`` here (a
+    Lowkiq worker owns one queue)."""
     by_queue = {}
     for summary in summaries:
         counts = summary.by_status

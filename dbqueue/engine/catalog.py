@@ -537,25 +537,27 @@ def jobs_equivalent(
 
 
 def jobs_stats(t: QueueTables, d: Dialect, in_flight: Sequence[int] = ()) -> sa.Select:
-    """Per queue and status: how many; how many of them are ``in_flight`` (ids of jobs live
-    workers run inside their claim's open transaction, counted while their rows still say
-    available); among the others, how many scheduled and the oldest runnable's run_at."""
+    """Per queue and status: how many; among the rows not ``in_flight``, how many scheduled and
+    the oldest runnable's run_at; when ``in_flight`` (ids of jobs live workers run inside their
+    claim's open transaction) is given, how many of them still say available."""
     j = t.jobs
     now = d.now()
     waiting = j.c.status == Status.AVAILABLE
     held = j.c.id.in_(list(in_flight))
     free = [sa.not_(held)] if in_flight else []
-    running = sa.case((sa.and_(waiting, held), 1), else_=0)
     scheduled = sa.case((sa.and_(waiting, j.c.run_at > now, *free), 1), else_=0)
     runnable_since = sa.case((sa.and_(*runnable(t, d), *free), j.c.run_at), else_=None)
-    return sa.select(
+    columns = [
         j.c.queue,
         j.c.status,
         sa.func.count().label("n"),
         sa.func.sum(scheduled).label("scheduled"),
         sa.type_coerce(sa.func.min(runnable_since), UtcDateTime()).label("oldest"),
-        sa.func.sum(running).label("in_flight"),
-    ).group_by(j.c.queue, j.c.status)
+    ]
+    if in_flight:  # else no column: the scan evaluates nothing more
+        running = sa.case((sa.and_(waiting, held), 1), else_=0)
+        columns.append(sa.func.sum(running).label("in_flight"))
+    return sa.select(*columns).group_by(j.c.queue, j.c.status)
 
 
 def clock(t: QueueTables, d: Dialect) -> sa.Select:

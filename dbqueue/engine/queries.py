@@ -60,13 +60,13 @@ class Queries:
             db_now = conn.execute(self.sql.new(catalog.clock)).scalar_one()
             rows = conn.execute(self.sql.new(catalog.jobs_stats, sorted(set(in_flight)))).all()
         by_queue: dict[str, dict[str, Any]] = {}
-        for queue, status, n, n_scheduled, oldest, n_in_flight in rows:
+        for queue, status, n, n_scheduled, oldest, *n_in_flight in rows:
             entry = by_queue.setdefault(
                 queue, {"counts": {}, "scheduled": 0, "in_flight": 0, "oldest": None}
             )
             entry["counts"][status] = int(n)
             entry["scheduled"] += int(n_scheduled or 0)
-            entry["in_flight"] += int(n_in_flight or 0)
+            entry["in_flight"] += int(n_in_flight[0] or 0) if n_in_flight else 0
             if oldest is not None:
                 entry["oldest"] = (
                     oldest if entry["oldest"] is None else min(entry["oldest"], oldest)
