@@ -207,6 +207,10 @@ def test_a_listing_counts_while_the_row_is_at_the_attempt_before(database):
     assert (found["status"], found["attempt"]) == ("running", 1)
     assert dashboard_statuses(app, "running") == {listed_id: "running"}
     assert listed_id not in dashboard_statuses(app, "available")
+    seed = dbqueue.QueueClient(app.engine, app=app)
+    (found,) = seed.list_equivalent_task(None, None, "hand", None, {"n": 1}, status=["processando"])
+    assert found["id"] == listed_id
+    assert seed.list_equivalent_task(None, None, "hand", None, {"n": 1}) == []  # not pendente
 
     # The attempt failed and its outcome committed (attempt 1, waiting for a retry): the
     # heartbeat that still lists it is stale, and the job waits again.
@@ -217,6 +221,8 @@ def test_a_listing_counts_while_the_row_is_at_the_attempt_before(database):
     (found,) = app.find_equivalent(None, "hand", {"n": 1})
     assert (found["status"], found["attempt"]) == ("available", 1)
     assert app.find_equivalent(None, "hand", {"n": 1}, statuses=["running"]) == []
+    (found,) = seed.list_equivalent_task(None, None, "hand", None, {"n": 1})
+    assert found["id"] == listed_id
     assert dashboard_statuses(app, "running") == {}
 
     # Claimed again by a committed claim the registry does not list yet: its row tells.
