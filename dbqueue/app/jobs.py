@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from dbqueue.app.running import of_rows
 from dbqueue.app.targets import target_or_engine
 from dbqueue.base import payload as payload_codec
+from dbqueue.job import Status
 from dbqueue.runtime.targets import Target, connection_for
 
 if TYPE_CHECKING:
@@ -43,7 +45,9 @@ class JobLookup:
     ) -> list[dict[str, Any]]:
         """Jobs of ``task`` with the same payload (by hash) in one of ``statuses`` (the App's
         default: waiting or running) — to avoid enqueueing the same work twice. The column
-        filters narrow the match (UNFILTERED: any value; None: the column must be empty)."""
+        filters narrow the match (UNFILTERED: any value; None: the column must be empty).
+        A job a live worker runs inside its claim's transaction is ``running`` here (status
+        and attempt), as in ``stats``, whatever its row says."""
         encoded = payload_codec.encode(payload, max_bytes=None)
         filters = {
             column: value
@@ -57,7 +61,12 @@ class JobLookup:
             )
             if value is not UNFILTERED
         }
+        wanted = set(statuses)
+        asked = wanted | {Status.AVAILABLE} if Status.RUNNING in wanted else wanted
         with connection_for(target_or_engine(self.context, target)) as conn:
-            return self.context.queue_engine(conn).queries.find_equivalent(
-                conn, task, encoded, statuses, filters
+            rows = self.context.queue_engine(conn).queries.find_equivalent(
+                conn, task, encoded, sorted(asked), filters
             )
+            runs = of_rows(self.context, conn, rows)
+        found = [runs[row["id"]].on(row) if row["id"] in runs else row for row in rows]
+        return [row for row in found if row["status"] in wanted]

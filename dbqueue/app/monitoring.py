@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
+from dbqueue.app.running import confirmed, in_flight, listed
 from dbqueue.app.targets import target_or_engine
 from dbqueue.engine import QueueStats
 from dbqueue.job import Status
@@ -32,15 +33,12 @@ assert set(STATUS_KEYS) >= set(Status.ALL)
 @dataclasses.dataclass(frozen=True)
 class QueueSummary(QueueStats):
     """One queue's ``QueueStats`` (``counts`` as stored: only the statuses it has, scheduled
-    jobs counted as available) with every status counted, for readers that want no gaps.
-    ``in_flight``: jobs live workers report running whose rows still say ``available``."""
-
-    in_flight: int = 0
+    jobs counted as available, ``in_flight`` the jobs live workers run while their rows still
+    say ``available``) with every status counted as it is, for readers that want no gaps."""
 
     @classmethod
-    def of(cls, stats: QueueStats, in_flight: int = 0) -> QueueSummary:
-        values = {f.name: getattr(stats, f.name) for f in dataclasses.fields(QueueStats)}
-        return cls(**values, in_flight=in_flight)
+    def of(cls, stats: QueueStats) -> QueueSummary:
+        return cls(**{f.name: getattr(stats, f.name) for f in dataclasses.fields(QueueStats)})
 
     @property
     def running(self) -> int:
@@ -110,23 +108,12 @@ def worker_infos(engine: Any, conn: Any, include_gone: bool = False) -> list[Wor
     return [WorkerInfo.of(row) for row in engine.workers.worker_rows(conn, include_gone)]
 
 
-def with_running(
-    engine: Any, conn: Any, found: list[QueueStats], workers: list[WorkerInfo]
-) -> list[QueueSummary]:
-    """Queue summaries whose ``running`` also counts the jobs live workers report running while
-    their rows still say ``available`` (claims inside an open transaction: skip_locked,
-    SQLite), taken out of ``available``; under every strategy ``running`` is then what runs."""
-    ids = [job["id"] for info in workers for job in info.jobs]
-    hidden = engine.queries.still_available(conn, ids) if ids else {}
-    return [QueueSummary.of(stats, hidden.get(stats.queue, 0)) for stats in found]
-
-
 def stats_report(summaries: list[QueueSummary]) -> dict[str, Any]:
     """``/api/v1/stats`` and ``dbqueue stats --json``, in Lowkiq's shape: per queue and in
     total, ``length`` (jobs waiting: runnable now or scheduled), ``morgue_length`` (dead
-    jobs) and ``lag`` (seconds the oldest runnable job has waited; 0 when none waits), plus
-    every status's count. Lowkiq's ``by_worker`` is ``by_queue`` here (a Lowkiq worker owns
-    one queue)."""
+    jobs) and ``lag`` (seconds the oldest runnable job not running yet has waited; 0 when
+    none waits), plus every status's count. Lowkiq's ``by_worker`` is ``by_queue`` here (a
+    Lowkiq worker owns one queue)."""
     by_queue = {}
     for summary in summaries:
         counts = summary.by_status
@@ -159,13 +146,19 @@ class Monitoring:
     def stats(self, target: Target | None = None) -> list[QueueSummary]:
         """Per queue: ``counts`` (the statuses its rows hold), ``by_status`` (every status,
         zeros included; scheduled apart from available; ``running`` includes the jobs live
-        workers report running, under every strategy), the oldest runnable job's age."""
+        workers report running, under every strategy), the age of the oldest job that waits to
+        run (running ones do not wait)."""
+        return self.snapshot(target)[0]
+
+    def snapshot(self, target: Target | None = None) -> tuple[list[QueueSummary], list[WorkerInfo]]:
+        """``stats`` and the live workers, from one read of the registry: the registry's
+        listing, its ids looked up by primary key, then the per-queue counts."""
         with connection_for(target_or_engine(self.context, target)) as conn:
-            engine = self.context.queue_engine(conn)
-            found = engine.queries.stats(conn)[0]
             with self.context.workers_connection(conn) as registry:
-                infos = worker_infos(self.context.queue_engine(registry), registry)
-            return with_running(engine, conn, found, infos)
+                rows = self.context.queue_engine(registry).workers.worker_rows(registry)
+            held = in_flight(confirmed(self.context, conn, listed(rows)))
+            found = self.context.queue_engine(conn).queries.stats(conn, held)[0]
+        return [QueueSummary.of(stats) for stats in found], [WorkerInfo.of(row) for row in rows]
 
     def workers(
         self, *, include_gone: bool = False, target: Target | None = None

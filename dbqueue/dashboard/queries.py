@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
+from dbqueue.app import running
 from dbqueue.app.facade import App
 from dbqueue.job import Status
 
@@ -24,6 +25,8 @@ BUCKETS = 12
 BUCKET_MINUTES = 5
 #: The statuses a jobs filter offers; "scheduled" is an available job whose run_at is ahead.
 STATUSES = ("available", "scheduled", "running", "succeeded", "dead", "cancelled")
+#: The filters whose jobs the registry of live workers changes (running ones are not waiting).
+WAITING_OR_RUNNING = ("available", "scheduled", "running")
 #: Columns the jobs list shows (the job page shows every column).
 LIST_COLUMNS = (
     "id",
@@ -66,8 +69,13 @@ class JobFilter:
     def params(self) -> dict[str, str]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v}
 
-    def where(self, jobs: sa.Table, now: sa.ColumnElement) -> list[sa.ColumnElement]:
+    def where(
+        self, jobs: sa.Table, now: sa.ColumnElement, in_flight: Sequence[int] = ()
+    ) -> list[sa.ColumnElement]:
+        """The filter's conditions; ``in_flight``: ids of jobs live workers run inside their
+        claim's transaction (their rows say available): running, not waiting."""
         c = jobs.c
+        held = c.id.in_(list(in_flight))
         found: list[sa.ColumnElement] = []
         for name in ("queue", "task", "external_key"):
             if getattr(self, name):
@@ -76,10 +84,14 @@ class JobFilter:
             found.append(c["key"] == self.key)
         if self.tenant:
             found.append(c.tenant == int(self.tenant))
+        waiting = [c.status == Status.AVAILABLE, *([sa.not_(held)] if in_flight else [])]
         if self.status == "scheduled":
-            found += [c.status == Status.AVAILABLE, c.run_at > now]
+            found += [*waiting, c.run_at > now]
         elif self.status == Status.AVAILABLE:
-            found += [c.status == Status.AVAILABLE, c.run_at <= now]
+            found += [*waiting, c.run_at <= now]
+        elif self.status == Status.RUNNING and in_flight:
+            held_running = sa.and_(c.status == Status.AVAILABLE, held)
+            found.append(sa.or_(c.status == Status.RUNNING, held_running))
         elif self.status:
             found.append(c.status == self.status)
         if self.text:
@@ -96,37 +108,57 @@ def has_key_column(app: App) -> bool:
     return "key" in app.tables.jobs.c
 
 
+def running_now(app: App, conn: sa.Connection, where: JobFilter) -> dict[int, running.RunningJob]:
+    """The jobs live workers run now (see dbqueue/app/running.py), when the filter's status
+    depends on them: a job run inside its claim's transaction is running, not waiting."""
+    if where.status not in ("", *WAITING_OR_RUNNING):
+        return {}
+    return running.running_now(app.context, conn)
+
+
 def list_jobs(
-    app: App, conn: sa.Connection, where: JobFilter, before: int | None
+    app: App,
+    conn: sa.Connection,
+    where: JobFilter,
+    before: int | None,
+    runs: Mapping[int, running.RunningJob] | None = None,
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """One page of jobs, newest first, and the ``before`` id of the next page (None: last)."""
+    """One page of jobs, newest first, and the ``before`` id of the next page (None: last);
+    ``runs`` (``running_now``): the jobs shown running, with the attempt running."""
+    runs = runs or {}
     j = app.tables.jobs
     columns = [j.c[name] for name in LIST_COLUMNS]
     if has_key_column(app):
         columns.append(j.c["key"])
     columns.append(sa.func.substr(j.c.message, 1, MESSAGE_CHARS).label("message"))
-    stmt = sa.select(*columns).where(*where.where(j, _now(app, conn)))
+    stmt = sa.select(*columns).where(*where.where(j, _now(app, conn), running.in_flight(runs)))
     if before is not None:
         stmt = stmt.where(j.c.id < before)
     rows = [
         dict(r._mapping) for r in conn.execute(stmt.order_by(j.c.id.desc()).limit(PAGE_SIZE + 1))
     ]
+    rows = [runs[row["id"]].on(row) if row["id"] in runs else row for row in rows]
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     return rows, (rows[-1]["id"] if more and rows else None)
 
 
-def count_jobs(app: App, conn: sa.Connection, where: JobFilter) -> int:
+def count_jobs(
+    app: App, conn: sa.Connection, where: JobFilter, in_flight: Sequence[int] = ()
+) -> int:
     """How many jobs match, counting no further than COUNT_CAP + 1."""
     j = app.tables.jobs
-    inner = sa.select(j.c.id).where(*where.where(j, _now(app, conn))).limit(COUNT_CAP + 1)
+    inner = sa.select(j.c.id).where(*where.where(j, _now(app, conn), in_flight))
+    inner = inner.limit(COUNT_CAP + 1)
     return int(conn.execute(sa.select(sa.func.count()).select_from(inner.subquery())).scalar_one())
 
 
 def matching_ids(app: App, conn: sa.Connection, where: JobFilter, limit: int) -> list[int]:
     """Ids of the jobs a bulk action on the filter acts on (at most ``limit``)."""
     j = app.tables.jobs
-    stmt = sa.select(j.c.id).where(*where.where(j, _now(app, conn))).order_by(j.c.id).limit(limit)
+    held = running.in_flight(running_now(app, conn, where))
+    stmt = sa.select(j.c.id).where(*where.where(j, _now(app, conn), held))
+    stmt = stmt.order_by(j.c.id).limit(limit)
     return [int(i) for i in conn.execute(stmt).scalars()]
 
 

@@ -16,6 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from dbqueue.app import running
 from dbqueue.app.facade import App
 from dbqueue.dashboard import charts, queries
 from dbqueue.dashboard.actions import ACTIONS, ActionError
@@ -92,8 +93,9 @@ class Dashboard:
         where = queries.JobFilter.from_params(request.query_params)
         before = _int(request.query_params.get("before"))
         with self.app.engine.connect() as conn:
-            rows, next_before = queries.list_jobs(self.app, conn, where, before)
-            count = queries.count_jobs(self.app, conn, where)
+            runs = queries.running_now(self.app, conn, where)
+            rows, next_before = queries.list_jobs(self.app, conn, where, before, runs)
+            count = queries.count_jobs(self.app, conn, where, running.in_flight(runs))
         return self.render(
             request,
             "jobs.html",
@@ -110,11 +112,18 @@ class Dashboard:
 
     def job(self, request: Request) -> Response:
         job_id = int(request.path_params["job_id"])
-        row = self.app.get_job(job_id)
+        with self.app.engine.connect() as conn:
+            row = self.app.get_job(job_id, conn)
+            runs = running.of_rows(self.app.context, conn, [row] if row is not None else [])
         if row is None:
             return self.render(request, "missing.html", what=f"job {job_id}")
+        now = runs.get(job_id)
         return self.render(
-            request, "job.html", job=row, pending=row["status"] in ("available", "running")
+            request,
+            "job.html",
+            job=now.on(row) if now is not None else row,
+            running=now,
+            pending=row["status"] in ("available", "running"),
         )
 
     def dead(self, request: Request) -> Response:

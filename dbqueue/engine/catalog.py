@@ -571,20 +571,28 @@ def jobs_equivalent(
     return stmt.order_by(j.c.id)
 
 
-def jobs_stats(t: QueueTables, d: Dialect) -> sa.Select:
-    """Per queue and status: how many, how many scheduled, the oldest runnable's run_at."""
+def jobs_stats(t: QueueTables, d: Dialect, in_flight: Sequence[int] = ()) -> sa.Select:
+    """Per queue and status: how many; among the rows not ``in_flight``, how many scheduled and
+    the oldest runnable's run_at; when ``in_flight`` (ids of jobs live workers run inside their
+    claim's open transaction) is given, how many of them still say available."""
     j = t.jobs
     now = d.now()
     waiting = j.c.status == Status.AVAILABLE
-    scheduled = sa.case((sa.and_(waiting, j.c.run_at > now), 1), else_=0)
-    runnable_since = sa.case((sa.and_(*runnable(t, d)), j.c.run_at), else_=None)
-    return sa.select(
+    held = j.c.id.in_(list(in_flight))
+    free = [sa.not_(held)] if in_flight else []
+    scheduled = sa.case((sa.and_(waiting, j.c.run_at > now, *free), 1), else_=0)
+    runnable_since = sa.case((sa.and_(*runnable(t, d), *free), j.c.run_at), else_=None)
+    columns = [
         j.c.queue,
         j.c.status,
         sa.func.count().label("n"),
         sa.func.sum(scheduled).label("scheduled"),
         sa.type_coerce(sa.func.min(runnable_since), UtcDateTime()).label("oldest"),
-    ).group_by(j.c.queue, j.c.status)
+    ]
+    if in_flight:  # else no column: the scan evaluates nothing more
+        running = sa.case((sa.and_(waiting, held), 1), else_=0)
+        columns.append(sa.func.sum(running).label("in_flight"))
+    return sa.select(*columns).group_by(j.c.queue, j.c.status)
 
 
 def clock(t: QueueTables, d: Dialect) -> sa.Select:
@@ -640,15 +648,11 @@ def jobs_next_due(t: QueueTables, d: Dialect, queues: Sequence[str]) -> sa.Selec
     )
 
 
-def jobs_available_count(t: QueueTables, d: Dialect, ids: Sequence[int]) -> sa.Select:
-    """Per queue, how many of these jobs are runnable rows (jobs that live workers report
-    running inside an open claim transaction, where the row stays ``available``)."""
+def jobs_attempt_states(t: QueueTables, d: Dialect, ids: Sequence[int]) -> sa.Select:
+    """(id, status, attempt) of these jobs, by primary key: whether the jobs live workers
+    report running still run the attempt reported."""
     j = t.jobs
-    return (
-        sa.select(j.c.queue, sa.func.count())
-        .where(j.c.id.in_(list(ids)), *runnable(t, d))
-        .group_by(j.c.queue)
-    )
+    return sa.select(j.c.id, j.c.status, j.c.attempt).where(j.c.id.in_(list(ids)))
 
 
 def jobs_of_publication(t: QueueTables, d: Dialect, publication_id: int) -> sa.Select:

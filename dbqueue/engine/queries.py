@@ -16,7 +16,7 @@ from dbqueue.engine.records import QueueStats
 from dbqueue.engine.statements import Statements
 from dbqueue.job import Job
 
-#: The most job ids one "which of these still wait" query binds (a worker reports a few).
+#: The most job ids one look-up by primary key binds (each worker reports a few).
 _MAX_IDS = 1000
 
 
@@ -50,16 +50,23 @@ class Queries:
             rows = conn.execute(stmt).all()
         return [dict(row._mapping) for row in rows]
 
-    def stats(self, conn: Connection) -> tuple[list[QueueStats], dt.datetime]:
-        """Counts per queue and status, scheduled jobs, and the age of the oldest runnable job."""
+    def stats(
+        self, conn: Connection, in_flight: Sequence[int] = ()
+    ) -> tuple[list[QueueStats], dt.datetime]:
+        """Counts per queue and status, scheduled jobs, and the age of the oldest runnable job;
+        ``in_flight``: ids of jobs live workers run inside their claim's transaction (their
+        rows say available): counted apart, and no part of the lag."""
         with self.sql.translate_errors():
             db_now = conn.execute(self.sql.new(catalog.clock)).scalar_one()
-            rows = conn.execute(self.sql.new(catalog.jobs_stats)).all()
+            rows = conn.execute(self.sql.new(catalog.jobs_stats, sorted(set(in_flight)))).all()
         by_queue: dict[str, dict[str, Any]] = {}
-        for queue, status, n, n_scheduled, oldest in rows:
-            entry = by_queue.setdefault(queue, {"counts": {}, "scheduled": 0, "oldest": None})
+        for queue, status, n, n_scheduled, oldest, *n_in_flight in rows:
+            entry = by_queue.setdefault(
+                queue, {"counts": {}, "scheduled": 0, "in_flight": 0, "oldest": None}
+            )
             entry["counts"][status] = int(n)
             entry["scheduled"] += int(n_scheduled or 0)
+            entry["in_flight"] += int(n_in_flight[0] or 0) if n_in_flight else 0
             if oldest is not None:
                 entry["oldest"] = (
                     oldest if entry["oldest"] is None else min(entry["oldest"], oldest)
@@ -72,6 +79,7 @@ class Queries:
                 oldest_runnable_age=(db_now - entry["oldest"]).total_seconds()
                 if entry["oldest"] is not None
                 else None,
+                in_flight=entry["in_flight"],
             )
             for queue, entry in sorted(by_queue.items())
         ]
@@ -117,14 +125,14 @@ class Queries:
             return None
         return max(0.0, (soonest[0] - soonest[1]).total_seconds())
 
-    def still_available(self, conn: Connection, ids: Sequence[int]) -> dict[str, int]:
-        """Per queue, how many of these jobs are runnable ``available`` rows: jobs that live
-        workers report running inside an open claim transaction (skip_locked, SQLite), where
-        the row keeps its status until the outcome commits."""
-        found: dict[str, int] = {}
+    def attempt_states(self, conn: Connection, ids: Sequence[int]) -> dict[int, tuple[str, int]]:
+        """id → (status, attempt) of each of ``ids`` that exists, looked up by primary key (the
+        jobs live workers report running); never waits for a lock."""
+        found: dict[int, tuple[str, int]] = {}
         ids = sorted(set(ids))
-        for start in range(0, len(ids), _MAX_IDS):
-            chunk = ids[start : start + _MAX_IDS]
-            for queue, n in conn.execute(self.sql.new(catalog.jobs_available_count, chunk)):
-                found[queue] = found.get(queue, 0) + int(n)
+        with self.sql.translate_errors():
+            for start in range(0, len(ids), _MAX_IDS):
+                stmt = self.sql.new(catalog.jobs_attempt_states, ids[start : start + _MAX_IDS])
+                for job_id, status, attempt in conn.execute(stmt):
+                    found[int(job_id)] = (status, int(attempt))
         return found

@@ -134,7 +134,13 @@ class FailResult:
 
 @dataclass(frozen=True)
 class QueueStats:
+    """One queue's rows: ``counts`` per stored status; ``scheduled``: available rows whose
+    run_at is ahead; ``in_flight``: available rows that live workers run in their claim's open
+    transaction; ``oldest_runnable_age``: seconds the oldest job that waits to run (runnable,
+    not running) has waited."""
+
     queue: str
     counts: dict[str, int]
     scheduled: int
     oldest_runnable_age: float | None
+    in_flight: int = 0

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dbqueue.app.monitoring import Monitoring
 from dbqueue.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -170,12 +171,12 @@ class QueueCollector:
         )
         lag = GaugeMetricFamily(
             "dbqueue_queue_lag_seconds",
-            "Age of the oldest runnable job (0: none waits).",
+            "Age of the oldest runnable job not running yet (0: none waits).",
             labels=("queue",),
         )
         workers = GaugeMetricFamily("dbqueue_workers", "Live worker processes.")
         try:
-            stats, live = self.app.stats(), self.app.workers()
+            stats, live = Monitoring(self.app.context).snapshot()  # one read of the registry
         except Exception:  # a scrape must answer: say the database could not be read
             up.add_metric([], 0)
             return [up]

@@ -36,3 +36,29 @@ def start_worker(backend, log: Path, port: int | None, env_extra: dict | None = 
     }
     env.pop("DBQUEUE_URL", None)
     return subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
+
+
+def register_worker(app, name: str, jobs: list[dict], queues: list[str]) -> None:
+    """A live worker's registry row written by hand (for ten minutes), listing ``jobs``."""
+    values = {
+        "id": name,
+        "name": name,
+        "host": "elsewhere",
+        "pid": 1,
+        "queues": queues,
+        "concurrency": 1,
+        "strategy": "any",
+        "running": len(jobs),
+        "jobs": jobs,
+        "processed": 0,
+        "failed": 0,
+    }
+    with app.engine.begin() as conn, app.context.workers_connection(conn) as registry:
+        app.queue_engine(registry).workers.register_worker(registry, values, 600)
+
+
+def set_job_row(app, job_id: int, **values) -> None:
+    """Write columns of a job's row by hand: what a worker's claim or outcome would leave."""
+    jobs = app.tables.jobs
+    with app.engine.begin() as conn:
+        conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
