@@ -88,13 +88,15 @@ def _server_for(request: pytest.FixtureRequest, database: str, url: str, prefix:
 
 
 #: The modes jobs run in: in their claim's transaction (the default), or outside it under a
-#: lease. A contract module that sets ``BOTH_MODES = True`` runs its ``backend`` and
-#: ``database`` tests in both.
+#: lease. A contract module that sets ``BOTH_MODES = True`` (or a test marked ``both_modes``)
+#: runs its ``backend`` and ``database`` tests in both.
 EXECUTION_MODES = {"in_transaction": None, "leased": False}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if getattr(metafunc.module, "BOTH_MODES", False) and "execution_mode" in metafunc.fixturenames:
+    both = getattr(metafunc.module, "BOTH_MODES", False)
+    both = both or metafunc.definition.get_closest_marker("both_modes") is not None
+    if both and "execution_mode" in metafunc.fixturenames:
         metafunc.parametrize("execution_mode", list(EXECUTION_MODES))
 
 

@@ -209,7 +209,9 @@ def jobs_lease(t: QueueTables, d: Dialect, size: int, counted: bool) -> sa.Updat
     if counted:
         ours = [j.c.status == Status.RUNNING, j.c.worker_id == _bound(j.c.worker_id)]
         return sa.update(j).where(_id_list(t, size), *ours).values(lease_until=until)
-    values = {**_running_values(t, d.now()), "lease_until": until}
+    # Started when the claim read them (``:started``): what their outcome writes too.
+    values = {**_running_values(t, _bound(j.c.started_at, "started")), "lease_until": until}
+    values["updated_at"] = d.now()
     return sa.update(j).where(_id_list(t, size), j.c.status == Status.AVAILABLE).values(values)
 
 

@@ -253,6 +253,8 @@ class Claims:
         size = len(jobs)
         stmt = self.sql(catalog.jobs_lease, size, counted)
         params = {"worker_id": worker_id, "lease_seconds": float(seconds)}
+        if not counted:  # one claim's jobs: one claim time
+            params["started"] = jobs[0].started_at
         params.update(zip(id_names(size), [job.id for job in jobs], strict=True))
         return self.sql.compiled(stmt).rowcount(conn, params)
 

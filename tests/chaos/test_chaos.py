@@ -57,6 +57,9 @@ JOBS = 2000
 WORKERS = 4
 #: Progress (committed runs / JOBS) at which a random worker is SIGKILLed and replaced.
 KILL_AT = (0.05, 0.15, 0.25, 0.35, 0.6, 0.7, 0.8, 0.9)
+#: The leased cases' jobs and kills.
+LEASED_JOBS = 1000
+LEASED_KILL_AT = (0.1, 0.3, 0.6, 0.85)
 #: Progress at which the database server crash-restarts; the second half is enqueued after it.
 RESTART_AT = 0.45
 SHARED_URLS = {"postgresql": POSTGRESQL_URL, "mysql": MYSQL_URL}
@@ -72,6 +75,10 @@ class Case:
     handlers: str = "sync"
     #: "leased": the jobs run outside their claim's transaction, under a lease.
     mode: str = "in_transaction"
+    #: How many jobs, and at which progress a worker is killed (the leased cases are leaner:
+    #: each kill leaves its jobs waiting for their lease to end).
+    jobs: int = JOBS
+    kill_at: tuple[float, ...] = KILL_AT
 
     @property
     def id(self) -> str:
@@ -82,6 +89,13 @@ class Case:
     @property
     def leased(self) -> bool:
         return self.mode == "leased"
+
+
+def leased(database: str, strategy: str, services: tuple[str, ...] = ()) -> Case:
+    """A pair's case with its jobs run outside their claim's transaction."""
+    return Case(
+        database, strategy, services, mode="leased", jobs=LEASED_JOBS, kill_at=LEASED_KILL_AT
+    )
 
 
 CASES = [
@@ -101,14 +115,14 @@ CASES = [
     Case("sqlite", "sqlite", handlers="async"),
     # Outside the claim's transaction: every pair. A handler's run may commit and its worker die
     # before the outcome: the job then runs again (at least once), never at once with itself.
-    Case("postgresql", "skip_locked", mode="leased"),
-    Case("postgresql", "advisory_lock", mode="leased"),
-    Case("postgresql", "lock_server", ("lock_server",), mode="leased"),
-    Case("mysql", "skip_locked", mode="leased"),
-    Case("mysql", "advisory_lock", mode="leased"),
-    Case("mysql", "lock_server", ("lock_server",), mode="leased"),
-    Case("sqlite", "sqlite", mode="leased"),
-    Case("sqlite", "lock_server", ("lock_server",), mode="leased"),
+    leased("postgresql", "skip_locked"),
+    leased("postgresql", "advisory_lock"),
+    leased("postgresql", "lock_server", ("lock_server",)),
+    leased("mysql", "skip_locked"),
+    leased("mysql", "advisory_lock"),
+    leased("mysql", "lock_server", ("lock_server",)),
+    leased("sqlite", "sqlite"),
+    leased("sqlite", "lock_server", ("lock_server",)),
 ]
 
 #: service name → progress at which to restart it (the restart itself comes from a fixture).
@@ -346,12 +360,12 @@ def test_chaos_loses_nothing_and_runs_nothing_twice(case, target, services, tmp_
     progress = Progress(target.url, runs, app.tables.jobs)
     lock_server = services.get("lock_server")
     workers = Workers(case, target.url, tmp_path, lock_server.address if lock_server else None)
-    first_half = JOBS // 2
+    first_half = case.jobs // 2
     enqueue(app, first_half)
     for _ in range(WORKERS):
         workers.start()
 
-    kills = list(KILL_AT)
+    kills = list(case.kill_at)
     restarts: dict[str, float] = {"database": RESTART_AT} if target.restart else {}
     restarts.update({name: SERVICE_RESTART_AT[name] for name in case.services})
     restarted: list[str] = []
@@ -363,8 +377,8 @@ def test_chaos_loses_nothing_and_runs_nothing_twice(case, target, services, tmp_
             if done is None:  # the database is restarting
                 time.sleep(0.05)
                 continue
-            assert time.monotonic() - started < 240, f"no progress past {done}/{JOBS} runs"
-            fraction = done / JOBS
+            assert time.monotonic() - started < 240, f"no progress past {done}/{case.jobs} runs"
+            fraction = done / case.jobs
             if kills and fraction >= kills[0]:
                 kills.pop(0)
                 workers.kill_one(rng)
@@ -386,15 +400,15 @@ def test_chaos_loses_nothing_and_runs_nothing_twice(case, target, services, tmp_
                 and not restarts.get("database")
             ):
                 second_half_at = None
-                enqueue(app, JOBS - first_half, first=first_half)
+                enqueue(app, case.jobs - first_half, first=first_half)
             time.sleep(0.02)
 
         def drained() -> bool:
             statuses = progress.statuses()
-            return statuses is not None and statuses.get("succeeded", 0) == JOBS
+            return statuses is not None and statuses.get("succeeded", 0) == case.jobs
 
         try:
-            wait_for(drained, 240, f"all {JOBS} jobs to succeed")
+            wait_for(drained, 240, f"all {case.jobs} jobs to succeed")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; {diagnosis(progress, workers, services)}") from None
         codes = workers.stop_all()
@@ -444,11 +458,11 @@ def test_chaos_loses_nothing_and_runs_nothing_twice(case, target, services, tmp_
         f"{time.monotonic() - started:.0f}s"
     )
 
-    assert len(jobs) == JOBS
+    assert len(jobs) == case.jobs
     assert at_once == [] and broken == [], (at_once[:20], broken[:20])
     # At least once outside the transaction: a run may commit before its worker dies.
     assert lost == 0 and (twice == 0 or case.leased), (lost, twice)
-    keyed_jobs = JOBS // KEYED_EVERY
+    keyed_jobs = case.jobs // KEYED_EVERY
     assert len(keyed_runs) == keyed_jobs or (case.leased and len(keyed_runs) > keyed_jobs)
     assert key_problems == [], key_problems[:20]
     if not case.leased:

@@ -20,6 +20,9 @@ from support.waiting import wait_for
 
 import dbqueue
 
+#: Run in the claim's transaction and outside it, under a lease (tests/conftest.py).
+BOTH_MODES = True
+
 TESTS = Path(__file__).resolve().parents[1]
 
 

@@ -22,6 +22,9 @@ from support.waiting import wait_for
 
 import dbqueue
 
+#: Run in the claim's transaction and outside it, under a lease (tests/conftest.py).
+BOTH_MODES = True
+
 WORKER = Path(__file__).resolve().parents[1] / "support" / "cancel_worker.py"
 #: How long a cancel may take before the test calls it stuck: a liveness bound, not a speed one
 #: (on SQLite the call waits for the write lock, which the stopped job's batch gives back).

@@ -18,6 +18,9 @@ from support.backends import effects
 
 import dbqueue
 
+#: Run in the claim's transaction and outside it, under a lease (tests/conftest.py).
+BOTH_MODES = True
+
 pytestmark = pytest.mark.slow
 
 

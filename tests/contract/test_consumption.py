@@ -99,7 +99,7 @@ def test_a_failing_job_in_a_batch_rolls_back_only_its_own_writes(backend, kind):
 
 
 def test_handler_cannot_commit_the_job_transaction_early(backend):
-    app = backend.app(max_attempts=1)
+    app = backend.app(max_attempts=1, transaction=True)  # the leased mode's commit is its own
 
     @app.task("commits")
     def commits(job, session):

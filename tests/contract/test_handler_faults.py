@@ -49,6 +49,7 @@ def test_a_base_exception_from_a_handler_is_a_failed_attempt_and_the_thread_goes
     ]  # the bad job's write rolled back
 
 
+@pytest.mark.both_modes
 def test_a_handler_running_past_its_timeout_fails_that_attempt_and_is_retried(backend):
     app = backend.app()
 
@@ -96,6 +97,7 @@ def test_the_worker_wide_job_timeout_applies_to_tasks_without_their_own(backend)
     assert app.get_job(waited)["status"] == "succeeded"
 
 
+@pytest.mark.both_modes
 def test_a_handler_blocked_in_c_is_abandoned_its_claim_released_and_its_thread_replaced(backend):
     app = backend.app()
     release = threading.Event()

@@ -25,6 +25,9 @@ import dbqueue
 from dbqueue.engine.keys import KeyLines as Keys
 from dbqueue.errors import ConfigurationError
 
+#: Run in the claim's transaction and outside it, under a lease (tests/conftest.py).
+BOTH_MODES = True
+
 pytestmark = pytest.mark.slow
 
 PROCESSES = 2
@@ -225,7 +228,7 @@ def test_a_batch_releases_its_keys_in_the_order_an_enqueue_takes_them(backend, m
     """An enqueue of many keys locks their rows in sorted order; a batch's completion that
     locked them in another order deadlocked with it (seen in the chaos suite): it releases
     them sorted too, the idle ones and the promotions alike."""
-    app = backend.app()
+    app = backend.app(transaction=True)  # a batch's outcomes together: in its transaction
 
     @app.task("t")
     def t(job, session):

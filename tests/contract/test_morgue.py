@@ -10,6 +10,9 @@ import sqlalchemy as sa
 
 from dbqueue import ConfigurationError
 
+#: Run in the claim's transaction and outside it, under a lease (tests/conftest.py).
+BOTH_MODES = True
+
 UTC = dt.timezone.utc
 
 

@@ -312,6 +312,9 @@ def test_purge_deletes_old_ticks_but_each_schedules_last(database):
 APP_MODULE = """
 import dbqueue
 
+#: Run in the claim's transaction and outside it, under a lease (tests/conftest.py).
+BOTH_MODES = True
+
 app = dbqueue.App()
 
 @app.periodic("0 3 * * *", name="per_nightly", tz="Europe/Berlin", catch_up="latest")

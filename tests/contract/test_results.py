@@ -20,6 +20,9 @@ from dbqueue.base import results
 from dbqueue.lockserver import client as lockserver_client
 from dbqueue.lockserver.protocol import parse_address
 
+#: Run in the claim's transaction and outside it, under a lease (tests/conftest.py).
+BOTH_MODES = True
+
 WORKER = Path(__file__).resolve().parents[1] / "support" / "results_worker.py"
 NESTED = {"name": "olá", "items": [1, 2.5, None, True, {"deep": ["x", []]}], "empty": {}}
 

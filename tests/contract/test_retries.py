@@ -12,6 +12,7 @@ def seconds(delta) -> float:
 
 
 @KINDS
+@pytest.mark.both_modes
 def test_failure_records_the_attempt_and_retry_honours_the_backoff(backend, kind):
     app = backend.app()
 
@@ -77,6 +78,7 @@ def test_a_callable_backoff_on_the_app_replaces_the_default(backend):
 
 
 @KINDS
+@pytest.mark.both_modes
 def test_retried_job_eventually_succeeds(backend, kind):
     app = backend.app(retry_base_interval=0.05)
     attempts = []

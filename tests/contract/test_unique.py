@@ -26,6 +26,9 @@ from support.waiting import wait_for
 import dbqueue
 from dbqueue.engine.unique import UniqueKeys as UniqueRelease
 
+#: Run in the claim's transaction and outside it, under a lease (tests/conftest.py).
+BOTH_MODES = True
+
 pytestmark = pytest.mark.slow
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"

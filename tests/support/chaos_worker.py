@@ -108,7 +108,7 @@ def main() -> int:
     )
     # Leased: a killed worker's jobs wait for their lease to end. Twenty heartbeats to a lease,
     # so that a loaded machine never loses one of a live worker.
-    leases = {"heartbeat_interval": 0.5, "lease_seconds": 10.0} if args.leased else {}
+    leases = {"heartbeat_interval": 0.25, "lease_seconds": 5.0} if args.leased else {}
     summary = app.run_worker(
         strategy=args.strategy,
         concurrency=args.concurrency,
