@@ -27,6 +27,7 @@ from dbqueue.dashboard.security import (
     csrf_ok,
     new_csrf,
 )
+from dbqueue.tasks.failures import MAX_KEPT_ERRORS
 
 HERE = Path(__file__).parent
 
@@ -114,7 +115,11 @@ class Dashboard:
         if row is None:
             return self.render(request, "missing.html", what=f"job {job_id}")
         return self.render(
-            request, "job.html", job=row, pending=row["status"] in ("available", "running")
+            request,
+            "job.html",
+            job=row,
+            pending=row["status"] in ("available", "running"),
+            kept_errors=MAX_KEPT_ERRORS,
         )
 
     def dead(self, request: Request) -> Response:
