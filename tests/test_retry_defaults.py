@@ -98,3 +98,13 @@ def test_the_seeds_classes_keep_the_seeds_rule(monkeypatch):
 def test_a_bad_seed_variable_is_one_clear_line():
     with pytest.raises(dbqueue.ConfigurationError, match="QUEUE_MAX_RETRY='many' is not"):
         dbqueue.App(URL, environ={"QUEUE_MAX_RETRY": "many"})
+
+
+def test_the_readmes_retry_options(randomness):
+    url = URL
+    # README, "Retries and dead jobs":
+    backoff = dbqueue.polynomial_backoff(base=5, max_delay=3600)  # 5 + attempt⁴ s, ≤ 1 h, +0-10 %
+    app = dbqueue.App(url, max_attempts=8, backoff=backoff)
+    seedlike = dbqueue.App(url, retry_base_interval=60)  # 60 s × attempt, 20 attempts
+    assert (app.max_attempts, app.backoff(2), app.backoff(9)) == (8, 21.0, 3600.0)
+    assert (seedlike.max_attempts, seedlike.backoff(3)) == (20, 180.0)
