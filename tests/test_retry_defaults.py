@@ -47,7 +47,7 @@ def test_polynomial_backoff_takes_its_shape_and_refuses_nonsense(randomness):
     backoff = polynomial_backoff(base=1, power=2, jitter=0.5, max_delay=50)
     randomness[0] = 0.5
     assert [backoff(n) for n in (1, 3, 10)] == [2 * 1.25, 10 * 1.25, 50 * 1.25]
-    with pytest.raises(ValueError, match="power > 0"):
+    with pytest.raises(dbqueue.ConfigurationError, match="power > 0"):
         polynomial_backoff(power=0)
 
 

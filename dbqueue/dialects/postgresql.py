@@ -241,9 +241,9 @@ class PostgresDialect(Dialect):
             sa.func.timezone("UTC", self.now()), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'
         )
         item = sa.cast(entry, postgresql.JSONB).op("||")(sa.func.jsonb_build_object("at", stamp))
-        listed = sa.func.coalesce(column, sa.literal_column("'[]'::jsonb"))
+        listed = sa.func.coalesce(column, sa.cast(sa.literal("[]", sa.Text()), postgresql.JSONB))
         # jsonb minus an integer drops the element at that index.
-        first = listed.op("-")(sa.literal_column("0"))
+        first = listed.op("-")(sa.literal(0, sa.Integer()))
         kept = sa.case((sa.func.jsonb_array_length(listed) >= keep, first), else_=listed)
         return kept.op("||")(sa.func.jsonb_build_array(item))
 

@@ -104,7 +104,7 @@ class SQLiteDialect(Dialect):
     ) -> ColumnElement:
         # strftime's %f is seconds with milliseconds: SQLite's clock has no finer grain.
         item = sa.func.json_set(entry, "$.at", sa.func.strftime("%Y-%m-%dT%H:%M:%fZ", "now"))
-        listed = sa.func.coalesce(column, sa.literal_column("'[]'"))
+        listed = sa.func.coalesce(column, sa.literal("[]", sa.Text()))
         kept = sa.case(
             (sa.func.json_array_length(listed) >= keep, sa.func.json_remove(listed, "$[0]")),
             else_=listed,

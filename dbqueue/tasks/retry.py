@@ -9,6 +9,8 @@ import random
 from dataclasses import dataclass
 from typing import Final
 
+from dbqueue.config import SEED_BASE_INTERVAL
+from dbqueue.errors import ConfigurationError
 from dbqueue.job import Job
 from dbqueue.tasks.failures import AttemptError
 from dbqueue.tasks.registry import EXCLUSIVE, Backoff, TaskRegistry
@@ -17,7 +19,7 @@ from dbqueue.tasks.registry import EXCLUSIVE, Backoff, TaskRegistry
 #: broken job is dead within about a week of the default backoff instead of retried for weeks.
 DEFAULT_MAX_ATTEMPTS = 20
 #: ``linear_backoff``'s default base interval: the seed's 5 minutes (QUEUE_BASE_INTERVAL_RETRY).
-DEFAULT_BASE_INTERVAL = 300.0
+DEFAULT_BASE_INTERVAL = SEED_BASE_INTERVAL
 #: The longest wait the default backoff gives (before jitter): two days.
 DEFAULT_MAX_DELAY = 2 * 24 * 3600.0
 
@@ -44,7 +46,7 @@ def polynomial_backoff(
     The default (the App's) is Sidekiq's curve, the one River uses and Oban documents:
     16 s, 31 s, 96 s, 4.5 min, 10.7 min … 1.5 days after the 19th attempt."""
     if base < 0 or power <= 0 or jitter < 0 or max_delay < 0:
-        raise ValueError(
+        raise ConfigurationError(
             f"polynomial_backoff(base={base!r}, power={power!r}, jitter={jitter!r}, "
             f"max_delay={max_delay!r}): give base, jitter and max_delay >= 0 and power > 0"
         )
