@@ -92,6 +92,7 @@ if TYPE_CHECKING:  # the public names, for type checkers (``X as X``: re-exporte
     from dbqueue.pubsub.subscriptions import Subscription as Subscription
     from dbqueue.pubsub.webhooks import DEFAULT_WEBHOOK_TIMEOUT as DEFAULT_WEBHOOK_TIMEOUT
     from dbqueue.tasks.retry import linear_backoff as linear_backoff
+    from dbqueue.tasks.retry import polynomial_backoff as polynomial_backoff
     from dbqueue.worker import (
         JobSession as JobSession,
     )
@@ -127,6 +128,7 @@ _PUBLIC: dict[str, str] = {
     "MalformedPayload": "dbqueue.job",
     "Message": "dbqueue.base.results",
     "PayloadError": "dbqueue.errors",
+    "polynomial_backoff": "dbqueue.tasks.retry",
     "QueueClient": "dbqueue.compat",
     "Retry": "dbqueue.errors",
     "SchemaMissingError": "dbqueue.errors",

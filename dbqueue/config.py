@@ -148,10 +148,7 @@ class Settings:
             "queue": env_first(env, "QUEUE_NAME"),
             "strategy": env_first(env, "DBQUEUE_STRATEGY"),
         }
-        if (v := env_first(env, "QUEUE_MAX_RETRY")) is not None:
-            values["max_attempts"] = parse_number(v, "QUEUE_MAX_RETRY", int, minimum=1)
-        if (v := env_first(env, "QUEUE_BASE_INTERVAL_RETRY")) is not None:
-            values["retry_base_interval"] = 60 * parse_number(v, "QUEUE_BASE_INTERVAL_RETRY")
+        values.update(_seed_retries_from_env(env))
         if (v := env_first(env, "DBQUEUE_MAX_PAYLOAD_BYTES")) is not None:
             values["max_payload_bytes"] = parse_number(v, "DBQUEUE_MAX_PAYLOAD_BYTES", int, 1)
         if (v := env_first(env, "LOG_DEBUG")) is not None:
@@ -196,6 +193,40 @@ _MINUTES = {
     "purge_minutes": "QUEUE_MINUTE_PURGE_THREAD",
     "notify_minutes": "QUEUE_MINUTE_NOTIFY_THREAD",
 }
+
+
+#: The seed's retry defaults (nsj-queue-lib's README): QUEUE_MAX_RETRY=100 attempts, and
+#: QUEUE_BASE_INTERVAL_RETRY=5 minutes × the attempt number between them.
+SEED_MAX_ATTEMPTS = 100
+SEED_BASE_INTERVAL = 300.0
+
+
+def seed_retries(settings: Settings) -> Settings:
+    """``settings`` with the seed's retry rule wherever they set none: its attempts, and its
+    linear backoff (a base interval) instead of dbqueue's polynomial one."""
+    return settings.merged(
+        max_attempts=settings.max_attempts or SEED_MAX_ATTEMPTS,
+        retry_base_interval=SEED_BASE_INTERVAL
+        if settings.retry_base_interval is None
+        else settings.retry_base_interval,
+    )
+
+
+def _seed_retries_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """QUEUE_MAX_RETRY and QUEUE_BASE_INTERVAL_RETRY (minutes): a deployment that sets either
+    is configured the seed's way and gets the seed's defaults for the other."""
+    attempts = env_first(env, "QUEUE_MAX_RETRY")
+    minutes = env_first(env, "QUEUE_BASE_INTERVAL_RETRY")
+    if attempts is None and minutes is None:
+        return {}
+    return {
+        "max_attempts": SEED_MAX_ATTEMPTS
+        if attempts is None
+        else parse_number(attempts, "QUEUE_MAX_RETRY", int, minimum=1),
+        "retry_base_interval": SEED_BASE_INTERVAL
+        if minutes is None
+        else 60 * parse_number(minutes, "QUEUE_BASE_INTERVAL_RETRY"),
+    }
 
 
 def _lock_server_from_env(env: Mapping[str, str], strategy: str | None) -> dict[str, Any]:

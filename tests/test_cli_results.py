@@ -84,3 +84,14 @@ def test_job_show_prints_every_column(database, finished, tmp_path):
     dead = dbqueue(database, tmp_path, "job", "show", str(finished["dead"]))
     assert "message:" in dead.stdout.splitlines()  # a message of several lines, indented
     assert "    RuntimeError: first line of the failure" in dead.stdout.splitlines()
+    # Its errors: one paragraph per attempt, the traceback the handler's frames only.
+    errors = dead.stdout.split("\nerrors:\n")[1].splitlines()  # the last column
+    assert errors[0].startswith("    attempt 1 at ") and errors[0].endswith(
+        "Z: RuntimeError: first line of the failure"
+    )
+    assert errors[1:3] == ["    second line", "        Traceback (most recent call last):"]
+    assert any(line.endswith(", in doomed") for line in errors)
+    assert not [line for line in errors if "/dbqueue/" in line]
+    dead_id = str(finished["dead"])
+    shown = json.loads(dbqueue(database, tmp_path, "job", "show", dead_id, "--json").stdout)
+    assert [e["attempt"] for e in shown["errors"]] == [1]

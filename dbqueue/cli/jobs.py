@@ -94,7 +94,8 @@ def job() -> None:
 @click.argument("job_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def job_show(app: App, job_id: int, as_json: bool) -> None:
-    """Every column of a job; its payload and result as indented JSON."""
+    """Every column of a job; its payload and result as indented JSON, its errors one
+    paragraph per failed attempt."""
     row = app.get_job(job_id)
     if row is None:
         raise click.ClickException(
@@ -108,6 +109,10 @@ def job_show(app: App, job_id: int, as_json: bool) -> None:
     for name, value in row.items():
         if name in ("payload", "result"):
             text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+        elif name == "errors" and isinstance(value, list) and value:  # one per failed attempt
+            click.echo(f"{name}:")
+            click.echo(textwrap.indent("\n".join(map(_attempt_error, value)), "    "))
+            continue
         else:
             text = "" if value is None else str(value)
         if "\n" in text:
@@ -115,3 +120,12 @@ def job_show(app: App, job_id: int, as_json: bool) -> None:
             click.echo(textwrap.indent(text, "    "))
         else:
             click.echo(f"{name:<{width}}  {text}")
+
+
+def _attempt_error(entry: Any) -> str:
+    """One entry of a job's errors: its attempt, time and message, its traceback indented."""
+    if not isinstance(entry, dict):  # written by hand
+        return json.dumps(entry, ensure_ascii=False)
+    head = f"attempt {entry.get('attempt')} at {entry.get('at')}: {entry.get('message')}"
+    trace = entry.get("traceback")
+    return f"{head}\n{textwrap.indent(trace, '    ')}" if trace else head

@@ -1,7 +1,8 @@
 """The seed's client SDK (nsj-queue-lib's ``QueueClient``), a thin layer over ``dbqueue.App``.
 
 ``QueueClient(conn, queue_table)`` keeps ``insert_task`` / ``list_equivalent_task`` /
-``insert_task_pub_sub`` / ``insert_task_webhook`` and the seed's Portuguese argument names.
+``insert_task_pub_sub`` / ``insert_task_webhook``, the seed's Portuguese argument names and, in
+the App it makes unless given one, the seed's retry rule.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from dbqueue.app.facade import App
 from dbqueue.compat.keys import SEED_STATUSES
+from dbqueue.compat.workers import seed_app
 from dbqueue.runtime.targets import Target
 
 
@@ -68,7 +70,9 @@ class QueueClient:
         app: App | None = None,
     ) -> None:
         self.conn = bd_conn
-        self.app = app or App(jobs_table=queue_table, subscriptions_table=queue_subscriber_table)
+        self.app = app or seed_app(
+            jobs_table=queue_table, subscriptions_table=queue_subscriber_table
+        )
 
     insert_task = _seed_insert("enqueue", "Enqueue a simple task; returns the new job's id.")
     insert_task_pub_sub = _seed_insert(

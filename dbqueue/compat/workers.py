@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from dbqueue.app.facade import App
 from dbqueue.base.identifiers import check_subscription_id
 from dbqueue.base.results import Message
+from dbqueue.config import Settings, seed_retries
 from dbqueue.errors import AttemptFailed
 from dbqueue.job import Job
 from dbqueue.pubsub.subscriptions import Subscription
@@ -47,11 +48,17 @@ def seed_logging(debug: bool) -> Iterator[None]:
         logger.setLevel(level)
 
 
+def seed_app(**options: Any) -> App:
+    """The App a seed class makes for itself: configured from the environment, with the seed's
+    retry rule (100 attempts, 5 minutes × the attempt number) wherever nothing sets another."""
+    return App(settings=seed_retries(Settings.from_env()), **options)
+
+
 class _SeedWorker:
     """What both seed workers share: an App (by default from the environment) and ``run``."""
 
     def __init__(self, app: App | None = None, **worker_options: Any) -> None:
-        self.app = app or App()
+        self.app = app or seed_app()
         self.worker_options = worker_options
 
     def run(self, **options: Any) -> Any:

@@ -28,6 +28,7 @@ from dbqueue.dashboard.security import (
     csrf_ok,
     new_csrf,
 )
+from dbqueue.tasks.failures import MAX_KEPT_ERRORS
 
 HERE = Path(__file__).parent
 
@@ -124,6 +125,7 @@ class Dashboard:
             job=now.on(row) if now is not None else row,
             running=now,
             pending=row["status"] in ("available", "running"),
+            kept_errors=MAX_KEPT_ERRORS,
         )
 
     def dead(self, request: Request) -> Response:

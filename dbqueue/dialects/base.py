@@ -246,6 +246,15 @@ class Dialect(abc.ABC):
         """A bound JSON text as a value a JSON column accepts inside an expression (a CASE)."""
         return value
 
+    @abc.abstractmethod
+    def json_list_append(
+        self, column: ColumnElement, entry: ColumnElement, keep: int
+    ) -> ColumnElement:
+        """``column``'s JSON list (NULL: an empty one) with ``entry`` — the JSON text of an
+        object — appended, stamped ``"at"`` with ``now()`` as ISO-8601 UTC text ending in Z;
+        when the list already holds ``keep`` (at least 2) entries, its oldest is dropped. A
+        job's errors are kept with it."""
+
     # ---- column types -------------------------------------------------------------------------
     @classmethod
     def json_type(cls) -> sa.types.TypeEngine | None:

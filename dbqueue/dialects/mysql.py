@@ -113,6 +113,20 @@ class MySQLDialect(Dialect):
         micros = sa.cast(seconds_expression(seconds) * 1_000_000, sa.BigInteger())
         return sa.func.timestampadd(sa.literal_column("MICROSECOND"), micros, self.now())
 
+    def json_list_append(
+        self, column: ColumnElement, entry: ColumnElement, keep: int
+    ) -> ColumnElement:
+        # JSON_SET's result is JSON to JSON_ARRAY_APPEND (an object, not a quoted string) on
+        # MySQL and on MariaDB alike; ranges of paths ("$[1 to last]") would need MariaDB 10.9.
+        stamp = sa.func.date_format(self.now(), "%Y-%m-%dT%H:%i:%s.%fZ")
+        item = sa.func.json_set(entry, "$.at", stamp)
+        listed = sa.func.coalesce(column, sa.func.json_array())
+        kept = sa.case(
+            (sa.func.json_length(listed) >= keep, sa.func.json_remove(listed, "$[0]")),
+            else_=listed,
+        )
+        return sa.func.json_array_append(kept, "$", item)
+
     def unindexed(self, column: sa.ColumnElement) -> ColumnElement:
         # A batch's guarded UPDATE (id IN (…) AND status = 'available'): with status
         # sargable the range optimizer also dives into the claim index, whose head pages every

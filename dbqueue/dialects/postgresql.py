@@ -234,6 +234,19 @@ class PostgresDialect(Dialect):
         # A CASE of text parameters is text, which a jsonb column does not take without a cast.
         return sa.cast(value, postgresql.JSONB)
 
+    def json_list_append(
+        self, column: ColumnElement, entry: ColumnElement, keep: int
+    ) -> ColumnElement:
+        stamp = sa.func.to_char(
+            sa.func.timezone("UTC", self.now()), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'
+        )
+        item = sa.cast(entry, postgresql.JSONB).op("||")(sa.func.jsonb_build_object("at", stamp))
+        listed = sa.func.coalesce(column, sa.cast(sa.literal("[]", sa.Text()), postgresql.JSONB))
+        # jsonb minus an integer drops the element at that index.
+        first = listed.op("-")(sa.literal(0, sa.Integer()))
+        kept = sa.case((sa.func.jsonb_array_length(listed) >= keep, first), else_=listed)
+        return kept.op("||")(sa.func.jsonb_build_array(item))
+
     @classmethod
     def json_type(cls) -> sa.types.TypeEngine:
         return NativeJson("JSONB", driver_decodes=True)

@@ -164,6 +164,26 @@ class SingleStoreDialect(Dialect):
         micros = sa.cast(value * 1_000_000, sa.BigInteger())
         return _date_add_microseconds(self.now(), micros)
 
+    def json_list_append(
+        self, column: ColumnElement, entry: ColumnElement, keep: int
+    ) -> ColumnElement:
+        # SingleStore has no JSON_ARRAY_APPEND, and its JSON_ARRAY_PUSH_JSON is unknown to the
+        # MySQL-compatible servers this module also serves; the column is LONGTEXT here. So the
+        # list is written as text, one entry per line ("[\n{…},\n{…}\n]"): JSON escapes a
+        # newline inside a string, so a line break only ever separates entries, and string
+        # functions both servers have can count them, drop the first and append.
+        stamp = sa.func.date_format(self.now(), "%Y-%m-%dT%H:%i:%s.%fZ")
+        item = sa.func.concat('{"at":"', stamp, '",', sa.func.substring(entry, 2))
+        length = sa.func.char_length(column)
+        lines = length - sa.func.char_length(sa.func.replace(column, "\n", ""))
+        head = sa.func.substring(column, 1, length - 2)  # without its closing "\n]"
+        after_first = sa.func.substring(head, sa.func.locate(",\n", column) + 2)
+        return sa.case(
+            (column.is_(None), sa.func.concat("[\n", item, "\n]")),
+            (lines > keep, sa.func.concat("[\n", after_first, ",\n", item, "\n]")),
+            else_=sa.func.concat(head, ",\n", item, "\n]"),
+        )
+
     def insert_unless_present(self, table: sa.Table) -> sa.Insert:
         # INSERT IGNORE discards a row whose key exists (SingleStore's INSERT documentation).
         return sa.insert(table).prefix_with("IGNORE")

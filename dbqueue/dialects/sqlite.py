@@ -99,6 +99,18 @@ class SQLiteDialect(Dialect):
             index_elements=keys, set_={counter: table.c[counter] + stmt.excluded[counter]}
         )
 
+    def json_list_append(
+        self, column: ColumnElement, entry: ColumnElement, keep: int
+    ) -> ColumnElement:
+        # strftime's %f is seconds with milliseconds: SQLite's clock has no finer grain.
+        item = sa.func.json_set(entry, "$.at", sa.func.strftime("%Y-%m-%dT%H:%M:%fZ", "now"))
+        listed = sa.func.coalesce(column, sa.literal("[]", sa.Text()))
+        kept = sa.case(
+            (sa.func.json_array_length(listed) >= keep, sa.func.json_remove(listed, "$[0]")),
+            else_=listed,
+        )
+        return sa.func.json_insert(kept, "$[#]", item)  # '$[#]': after the last (3.31+)
+
     def unindexed(self, column: sa.ColumnElement) -> ColumnElement:
         # Without statistics SQLite prefers an equality on an indexed column (status, in the
         # claim index) over a rowid IN list: the guarded UPDATE of a batch then walks the claim

@@ -29,6 +29,7 @@ from dbqueue.dialects import Dialect
 from dbqueue.job import PUBLICATION_MARKER, ROW_FIELDS, Status
 from dbqueue.schema.tables import QueueTables
 from dbqueue.schema.types import UtcDateTime
+from dbqueue.tasks.failures import MAX_KEPT_ERRORS
 
 #: What a named lock expression is: the key read in the statement → the expression taking it.
 LockExpression = Callable[[ColumnElement], ColumnElement]
@@ -399,13 +400,21 @@ def _fenced(t: QueueTables, d: Dialect, job: Any, fence: Any) -> list[Any]:
 
 
 def jobs_fail(
-    t: QueueTables, d: Dialect, job: Any, fence: Any, message: str | None, retry_in: float | None
+    t: QueueTables,
+    d: Dialect,
+    job: Any,
+    fence: Any,
+    message: str | None,
+    retry_in: float | None,
+    error: str,
 ) -> sa.Update:
     """Record a failed attempt of a claimed job: available again after ``retry_in`` seconds,
-    or dead (None)."""
+    or dead (None); ``error`` (an object's JSON text) joins its list of errors."""
     j = t.jobs
     now = d.now()
+    entry = sa.bindparam("error_entry", error, type_=sa.Text())
     values: dict[str, Any] = {
+        "errors": d.json_list_append(j.c.errors, entry, MAX_KEPT_ERRORS),
         "attempt": j.c.attempt + fence.attempt_increment,
         "message": message,
         "started_at": job.started_at,

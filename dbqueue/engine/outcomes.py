@@ -21,6 +21,7 @@ from dbqueue.engine.statements import Statements
 from dbqueue.engine.unique import UniqueKeys
 from dbqueue.job import Job, MalformedPayload
 from dbqueue.strategies.base import Fence
+from dbqueue.tasks.failures import AttemptError
 from dbqueue.tasks.retry import Failure
 
 
@@ -155,7 +156,8 @@ class Outcomes:
         """
         message = truncate(failure.message)
         retry_in = failure.retry_in
-        stmt = self.sql.new(catalog.jobs_fail, job, fence, message, retry_in)
+        error = (failure.error or AttemptError(failure.message)).entry(job.attempt)
+        stmt = self.sql.new(catalog.jobs_fail, job, fence, message, retry_in, error)
         changed = conn.execute(stmt).rowcount
         if not changed:
             return FailResult(changed)

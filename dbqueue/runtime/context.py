@@ -34,14 +34,19 @@ from dbqueue.pubsub.subscriptions import SubscriptionStore
 from dbqueue.pubsub.webhooks import DEFAULT_WEBHOOK_TIMEOUT, WebhookHandler, WebhookSender
 from dbqueue.runtime.tenants import TenantDatabases, TenantSource
 from dbqueue.schema.tables import (
-    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
     TableNames,
     tables_for,
     workers_table,
 )
 from dbqueue.tasks.registry import TaskRegistry
-from dbqueue.tasks.retry import DEFAULT_BASE_INTERVAL, Backoff, RetryPolicy, linear_backoff
+from dbqueue.tasks.retry import (
+    DEFAULT_BACKOFF,
+    DEFAULT_MAX_ATTEMPTS,
+    Backoff,
+    RetryPolicy,
+    linear_backoff,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -120,9 +125,11 @@ class RuntimeContext:
         if self.max_attempts < 1:
             raise ConfigurationError(f"max_attempts={self.max_attempts} must be at least 1")
         self._explicit_backoff = backoff
+        # A base interval (App(retry_base_interval=…), the seed's variables) is the seed's
+        # linear rule; without one, the polynomial backoff with jitter.
         base_interval = settings.retry_base_interval
-        self.backoff: Backoff = backoff or linear_backoff(
-            DEFAULT_BASE_INTERVAL if base_interval is None else base_interval
+        self.backoff: Backoff = backoff or (
+            DEFAULT_BACKOFF if base_interval is None else linear_backoff(base_interval)
         )
         self.max_payload_bytes = (
             payload_codec.DEFAULT_MAX_PAYLOAD_BYTES

@@ -20,7 +20,9 @@ from dbqueue.schema.types import Payload, UtcDateTime, for_dialect
 DEFAULT_PREFIX = "dbqueue_"
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 50
-DEFAULT_MAX_ATTEMPTS = 100  # the seed's QUEUE_MAX_RETRY
+#: The max_attempts column's server default (the seed's QUEUE_MAX_RETRY): what a plain SQL
+#: INSERT naming no max_attempts gets. The App writes its own default on every job it enqueues.
+DEFAULT_MAX_ATTEMPTS = 100
 MAX_MESSAGE_CHARS = 10_000
 MAX_UNIQUE_KEY = 255
 MAX_KEY_CHARS = 255  # a job's key (enqueue(..., key=...))

@@ -5,13 +5,23 @@ worker died)."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Final
 
+from dbqueue.config import SEED_BASE_INTERVAL
+from dbqueue.errors import ConfigurationError
 from dbqueue.job import Job
+from dbqueue.tasks.failures import AttemptError
 from dbqueue.tasks.registry import EXCLUSIVE, Backoff, TaskRegistry
 
-DEFAULT_BASE_INTERVAL = 300.0  # the seed's QUEUE_BASE_INTERVAL_RETRY: 5 minutes
+#: Attempts a job gets when neither its enqueue, its task nor the App says: Oban's 20, so a
+#: broken job is dead within about a week of the default backoff instead of retried for weeks.
+DEFAULT_MAX_ATTEMPTS = 20
+#: ``linear_backoff``'s default base interval: the seed's 5 minutes (QUEUE_BASE_INTERVAL_RETRY).
+DEFAULT_BASE_INTERVAL = SEED_BASE_INTERVAL
+#: The longest wait the default backoff gives (before jitter): two days.
+DEFAULT_MAX_DELAY = 2 * 24 * 3600.0
 
 
 def linear_backoff(base_interval: float = DEFAULT_BASE_INTERVAL) -> Backoff:
@@ -22,6 +32,38 @@ def linear_backoff(base_interval: float = DEFAULT_BASE_INTERVAL) -> Backoff:
 
     backoff.__qualname__ = f"linear_backoff({base_interval})"
     return backoff
+
+
+def polynomial_backoff(
+    base: float = 15.0,
+    power: float = 4,
+    jitter: float = 0.1,
+    max_delay: float = DEFAULT_MAX_DELAY,
+) -> Backoff:
+    """``base + attempt ** power`` seconds, at most ``max_delay``, plus up to ``jitter`` times
+    that at random, so jobs that failed together do not all come back at the same instant.
+
+    The default (the App's) is Sidekiq's curve, the one River uses and Oban documents:
+    16 s, 31 s, 96 s, 4.5 min, 10.7 min … 1.5 days after the 19th attempt."""
+    if base < 0 or power <= 0 or jitter < 0 or max_delay < 0:
+        raise ConfigurationError(
+            f"polynomial_backoff(base={base!r}, power={power!r}, jitter={jitter!r}, "
+            f"max_delay={max_delay!r}): give base, jitter and max_delay >= 0 and power > 0"
+        )
+
+    def backoff(attempt: int) -> float:
+        try:
+            delay = min(base + float(attempt) ** power, max_delay)
+        except OverflowError:  # a huge attempt number: the cap
+            delay = max_delay
+        return delay * (1.0 + jitter * random.random())
+
+    backoff.__qualname__ = f"polynomial_backoff({base}, {power}, {jitter}, {max_delay})"
+    return backoff
+
+
+#: The App's backoff unless it is given one (or a base interval, the seed's linear rule).
+DEFAULT_BACKOFF: Final = polynomial_backoff()
 
 
 class _BackoffRule:
@@ -59,6 +101,8 @@ class Failure:
     retry_in: float | None
     dead_letter: bool = False
     exclusive_key: bool = False
+    #: What the job's list of errors records of this attempt (None: ``message`` alone).
+    error: AttemptError | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +119,13 @@ class RetryPolicy:
         backoff = self.registry.backoff_for(job) or self.default_backoff
         return retry_delay(job.attempt, job.max_attempts, backoff, requested)
 
-    def failure(self, job: Job, message: str, requested: Requested = BACKOFF) -> Failure:
+    def failure(
+        self,
+        job: Job,
+        message: str,
+        requested: Requested = BACKOFF,
+        error: AttemptError | None = None,
+    ) -> Failure:
         """What this failed attempt of ``job`` leads to (``Outcomes.fail`` records it)."""
         registry = self.registry
         return Failure(
@@ -83,4 +133,5 @@ class RetryPolicy:
             self.retry_in(job, requested),
             dead_letter=registry.has_dead_handler(job),
             exclusive_key=job.key_seq is not None and registry.key_mode_for(job) == EXCLUSIVE,
+            error=error,
         )

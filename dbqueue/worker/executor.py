@@ -26,6 +26,7 @@ from dbqueue.job import Job
 from dbqueue.runtime.context import RuntimeContext
 from dbqueue.strategies import ClaimStrategy
 from dbqueue.strategies.base import Fence
+from dbqueue.tasks.failures import AttemptError
 from dbqueue.tasks.retry import BACKOFF, Requested
 from dbqueue.worker.aio import AsyncSlot
 from dbqueue.worker.batch_result import BatchResult, Ran
@@ -357,7 +358,7 @@ class BatchExecutor:
         if outcome.cancelled:
             return self.record_cancelled(conn, engine, job, outcome.message or "cancelled", fence)
         message, requested = outcome.message or "failed", outcome.requested
-        return self.record_failure(conn, engine, job, message, fence, requested)
+        return self.record_failure(conn, engine, job, message, fence, requested, outcome.error)
 
     def after_commit(self) -> None:
         """The jobs run so far have committed their outcomes: log them (with ``log_jobs``), and
@@ -397,10 +398,12 @@ class BatchExecutor:
         message: str,
         fence: Fence,
         requested: Requested = BACKOFF,
+        error: AttemptError | None = None,
     ) -> int:
         """Record a failed attempt (retry or dead) as the retry policy decides; returns the
-        rows changed (0: not this claim's). ``requested``: what Discard or Retry asked for."""
-        failure = self.policy.failure(job, message, requested)
+        rows changed (0: not this claim's). ``requested``: what Discard or Retry asked for;
+        ``error``: the attempt's entry in the job's errors (None: ``message``, no traceback)."""
+        failure = self.policy.failure(job, message, requested, error)
         failed = engine.outcomes.fail(conn, job, fence, failure)
         if failed.dead_letter_id is not None and self.on_dead_letter is not None:
             self.on_dead_letter(failed.dead_letter_id)

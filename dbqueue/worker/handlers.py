@@ -26,6 +26,7 @@ from dbqueue.errors import (
 )
 from dbqueue.job import Job, MalformedPayload
 from dbqueue.runtime.tenants import bind as bind_tenant
+from dbqueue.tasks.failures import AttemptError, attempt_error
 from dbqueue.tasks.registry import TenantHandler, is_async_callable
 from dbqueue.tasks.retry import BACKOFF, Requested
 from dbqueue.worker.aio import AsyncSlot
@@ -56,6 +57,8 @@ class Outcome:
     #: Not run after all (its batch stopped for another job's cancel request): given back, as
     #: if never claimed, with no attempt counted.
     given_back: bool = False
+    #: A failure's entry in the job's list of errors (None: ``message`` alone, no traceback).
+    error: AttemptError | None = None
 
 
 #: A handler that returned None: the common case, one shared object.
@@ -97,7 +100,7 @@ def failure_of(exc: BaseException) -> Outcome:
         return Outcome(False, str(exc))
     if isinstance(exc, (Discard, Retry)):  # the handler says when the job runs again, if ever
         return asked_for(exc)
-    return Outcome(False, describe_failure(exc))
+    return Outcome(False, describe_failure(exc), error=attempt_error(exc))
 
 
 def cancel_message(job: Job, ran: bool = True) -> str:

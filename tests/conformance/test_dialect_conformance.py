@@ -37,6 +37,7 @@ from dbqueue.errors import ConfigurationError, StrategyNotSupportedError
 from dbqueue.schema.types import JsonText, UtcDateTime
 from dbqueue.strategies.advisory_lock import AdvisoryLockStrategy
 from dbqueue.strategies.skip_locked import SkipLockedStrategy
+from dbqueue.tasks.failures import MAX_KEPT_ERRORS, AttemptError
 
 CHECKLIST = Checklist(Dialect)
 covers = CHECKLIST.covers
@@ -551,6 +552,30 @@ def test_payloads_read_back_and_a_json_value_writes_one_inside_an_expression(
             {"doc": json.dumps(other)},
         )
         assert conn.execute(read).scalar_one() == other
+
+
+@covers("json_list_append")
+def test_json_list_append_stamps_each_entry_and_keeps_the_newest(db: Connected) -> None:
+    d, rows = db.dialect, db.rows
+    keep = MAX_KEPT_ERRORS
+    entry = sa.bindparam("entry", type_=sa.Text())
+    append = sa.update(rows).values(payload=d.json_list_append(rows.c.payload, entry, keep))
+    with db.engine.begin() as conn:
+        row = conn.execute(sa.insert(rows).values(name="errors")).inserted_primary_key[0]
+        before = conn.execute(sa.select(utc(d.now()))).scalar_one()
+        for n in range(1, keep + 6):
+            text = AttemptError(f"line one\nline two ☃ {n}", f"Traceback\n  at {n}").entry(n)
+            conn.execute(append.where(rows.c.id == row), {"entry": text})
+        listed = conn.execute(sa.select(rows.c.payload).where(rows.c.id == row)).scalar_one()
+        after = conn.execute(sa.select(utc(d.now()))).scalar_one()
+    assert [e["attempt"] for e in listed] == list(range(6, keep + 6))  # the newest `keep`
+    assert listed[0]["message"] == "line one\nline two ☃ 6"
+    assert listed[-1]["traceback"] == f"Traceback\n  at {keep + 5}"
+    stamps = [dt.datetime.fromisoformat(e["at"].replace("Z", "+00:00")) for e in listed]
+    assert all(e["at"].endswith("Z") for e in listed)
+    assert stamps == sorted(stamps)
+    # The database's UTC clock (SQLite's has milliseconds: its stamps may round down).
+    assert before - dt.timedelta(milliseconds=1) <= stamps[0] and stamps[-1] <= after
 
 
 @covers("database_types", "json_type", "timestamp_type", "server_now_default")

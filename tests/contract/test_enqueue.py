@@ -122,7 +122,7 @@ def test_defaults(backend):
     job = app.get_job(app.enqueue(None, "t"))
     assert job["queue"] == "default"
     assert job["priority"] == 50
-    assert job["max_attempts"] == 100  # the seed's QUEUE_MAX_RETRY
+    assert job["max_attempts"] == 20  # the App's default (plain SQL gets the column's 100)
     assert job["payload"] is None
 
 

@@ -115,6 +115,8 @@ def test_rescue_retries_running_jobs_nobody_holds(backend):
     assert result == f"rescued 1 job(s) whose worker died: {job_id}"
     assert (job["status"], job["attempt"]) == ("available", 1)
     assert "(ghost:1:0) died" in job["message"]
+    (entry,) = job["errors"]  # the attempt the dead worker ran, in the job's list of errors
+    assert (entry["attempt"], entry["message"], entry["traceback"]) == (1, job["message"], None)
 
 
 def test_renotify_wakes_listeners_where_the_database_pushes(database):

@@ -195,7 +195,7 @@ def test_subscriber_options_and_explicit_publish_options(backend):
     assert (reached["slow_lane"]["queue"], reached["slow_lane"]["priority"]) == ("reports", 5)
     assert reached["slow_lane"]["max_attempts"] == 2
     assert (reached["plain"]["queue"], reached["plain"]["priority"]) == ("default", 50)
-    assert reached["plain"]["max_attempts"] == 100
+    assert reached["plain"]["max_attempts"] == 20  # the App's default
     assert {j["external_key"] for j in reached.values()} == {"r-1"}
     assert {j["origin"] for j in reached.values()} == {"web"}
 
