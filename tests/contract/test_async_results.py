@@ -143,3 +143,31 @@ def test_acancel_cancels_waiting_jobs_and_asks_the_worker_to_stop_running_ones(d
 
     with worker_process(database, tmp_path / "worker.log"):
         asyncio.run(scenario())
+
+
+def test_the_readmes_async_calls_in_eager_mode(database):
+    """The README's example (Results and synchronous calls), as written there; eager mode runs
+    the job on a thread when ``acall`` enqueues it, so no worker is needed."""
+    app = database.app(eager=True)
+
+    @app.task("quote")
+    def quote(job: dbqueue.Job, session) -> dict:
+        return {"sku": job.payload["sku"], "price": 12.5}
+
+    async def price_of(sku: str) -> float:
+        answer = await app.acall("quote", {"sku": sku}, timeout=30)  # other tasks run meanwhile
+        return answer["price"]
+
+    async def quote_later(sku: str) -> dict:
+        job_id = await app.aenqueue(None, "quote", {"sku": sku})
+        answer = await app.aresult(job_id, timeout=10)  # {"price": 12.5, "sku": sku}
+        assert await app.acancel([job_id]) == {job_id: "already succeeded"}
+        return answer
+
+    async def scenario() -> tuple[float, dict]:
+        try:
+            return await price_of("A1"), await quote_later("B2")
+        finally:
+            await app.adispose()
+
+    assert asyncio.run(scenario()) == (12.5, {"sku": "B2", "price": 12.5})
