@@ -203,8 +203,8 @@ class FinishWaiters:
 
 
 class ResultCalls:
-    """``result``, ``call`` and ``cancel`` for asyncio code (``aresult``, ``acall``,
-    ``acancel``). ``waiters`` tells them when a job may have finished; ``after_commit`` follows
+    """``result`` and ``call``, and for asyncio code ``aresult``, ``acall`` and ``acancel``.
+    ``waiters`` tells them when a job may have finished; ``after_commit`` follows
     a call's job as any enqueue's (in eager mode it runs at once).
 
     A wait's logic is written once (``_wait_steps``); the sync calls run its reads and waits in
