@@ -84,6 +84,9 @@ if TYPE_CHECKING:  # the public names, for type checkers (``X as X``: re-exporte
         UnknownTaskError as UnknownTaskError,
     )
     from dbqueue.errors import (
+        UnknownTaskWarning as UnknownTaskWarning,
+    )
+    from dbqueue.errors import (
         UnsafeIdentifierError as UnsafeIdentifierError,
     )
     from dbqueue.job import Job as Job
@@ -138,6 +141,7 @@ _PUBLIC: dict[str, str] = {
     "Subscriber": "dbqueue.compat",
     "Subscription": "dbqueue.pubsub.subscriptions",
     "UnknownTaskError": "dbqueue.errors",
+    "UnknownTaskWarning": "dbqueue.errors",
     "UnsafeIdentifierError": "dbqueue.errors",
     "Worker": "dbqueue.worker",
     "WorkerBase": "dbqueue.compat",

@@ -39,6 +39,12 @@ class UnknownTaskError(DbqueueError):
     """A claimed job names a task no handler is registered for in this worker."""
 
 
+class UnknownTaskWarning(UserWarning):
+    """An enqueue names a task the App registers no handler for, while it registers others: a
+    misspelt name, most likely (``warnings.simplefilter("error", UnknownTaskWarning)`` makes it
+    an error, e.g. in tests)."""
+
+
 class JobTimeoutError(DbqueueError):
     """A handler ran past its task's timeout."""
 

@@ -246,7 +246,7 @@ def test_migrate_show(cli):
             ["database error", "check --url"],
         ),
         (["stats", "--url", "sqlite:///x.db", "--dialect", "mysql"], ["does not match the URL"]),
-        (["stats", "--app", "no_such_module:app"], ["cannot import module 'no_such_module'"]),
+        (["stats", "--app", "no_such_module:app"], ["there is no module 'no_such_module'"]),
         (["stats", "--app", "os:path"], ["not a dbqueue.App"]),
         (["stats", "--table-prefix", "x; drop"], ["table prefix", "not safe"]),
         (["enqueue", "t", "--payload", "{oops"], ["--payload is not valid JSON"]),

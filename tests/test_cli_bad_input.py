@@ -111,3 +111,112 @@ def test_job_timeout_from_the_command_line(sqlite_url, tmp_path, how):
     assert job["message"].startswith(
         f"JobTimeoutError: job {job_id} (task 'spin') ran past its 0.3 s"
     )
+
+
+THUMBS_APP = textwrap.dedent(
+    """
+    import dbqueue
+
+    app = dbqueue.App()
+    reports = dbqueue.App(table_prefix="reports_")
+
+    def thumbnail(job, session):
+        return None
+    """
+)
+#: module file → its text, for the --app mistakes below (written in the command's folder).
+APP_MODULES = {
+    "thumbs.py": THUMBS_APP,
+    "plain.py": "VALUE = 1\n",
+    "brokenmod.py": "import dbqueue\nimport no_such_dependency_xyz\n\napp = dbqueue.App()\n",
+    "syntaxmod.py": "import dbqueue\n\napp = dbqueue.App(\n",
+    "raising.py": "import dbqueue\n\nraise RuntimeError('THUMBS_DIR is not set')\n",
+}
+
+
+@pytest.mark.parametrize(
+    "spec, line",
+    [
+        (
+            "./thumbs.py",
+            "--app ./thumbs.py: that is a file path; --app takes a module's dotted name: "
+            "--app thumbs:app",
+        ),
+        (
+            "jobs/thumbs.py:reports",
+            "--app jobs/thumbs.py:reports: that is a file path; --app takes a module's dotted "
+            "name: --app jobs.thumbs:reports (from the folder that holds jobs, or with it on "
+            "PYTHONPATH)",
+        ),
+        (
+            "thumbz:app",
+            "--app thumbz:app: there is no module 'thumbz' (looked in {cwd} and sys.path): check "
+            "the name, run the command from your project's folder, or set PYTHONPATH (e.g. --app "
+            "myproject.jobs:app)",
+        ),
+        (
+            "brokenmod:app",
+            "--app brokenmod:app: module 'brokenmod' was found, but its own import of "
+            "'no_such_dependency_xyz' failed at {cwd}/brokenmod.py line 2: No module named "
+            "'no_such_dependency_xyz' (install it, or fix that import)",
+        ),
+        (
+            "syntaxmod:app",
+            "--app syntaxmod:app: module 'syntaxmod' has a syntax error in {cwd}/syntaxmod.py "
+            "line 3: '(' was never closed; fix it and run the command again",
+        ),
+        (
+            "raising",
+            "--app raising: module 'raising' was found, but importing it raised RuntimeError at "
+            "{cwd}/raising.py line 3: THUMBS_DIR is not set (-v shows the traceback)",
+        ),
+        (
+            "thumbs:ap",
+            "--app thumbs:ap: module 'thumbs' has no attribute 'ap'; use --app thumbs:app or "
+            "--app thumbs:reports",
+        ),
+        (
+            "thumbs:thumbnail",
+            "--app thumbs:thumbnail: thumbs.thumbnail is a function, not a dbqueue.App; use "
+            "--app thumbs:app or --app thumbs:reports",
+        ),
+        (
+            "plain",
+            "--app plain: module 'plain' has no attribute 'app'; the module has no dbqueue.App: "
+            "create one there (app = dbqueue.App(…)) (e.g. --app myproject.jobs:app)",
+        ),
+    ],
+    ids=[
+        "file path",
+        "file path in a folder",
+        "no such module",
+        "inner import fails",
+        "syntax error",
+        "import raises",
+        "missing attribute",
+        "not an App",
+        "no App at all",
+    ],
+)
+def test_every_app_mistake_is_one_line_naming_the_fix(sqlite_url, tmp_path, spec, line):
+    for name, text in APP_MODULES.items():
+        (tmp_path / name).write_text(text)
+    result = run("stats", "--url", sqlite_url, "--app", spec, cwd=tmp_path)
+    said = one_line_error(result)
+    assert said == "Error: " + line.format(cwd=tmp_path), said
+    assert result.stderr.strip() == said  # the one line, nothing else
+
+
+def test_verbose_shows_the_imports_traceback_too(sqlite_url, tmp_path):
+    (tmp_path / "brokenmod.py").write_text(APP_MODULES["brokenmod.py"])
+    result = run("stats", "-v", "--url", sqlite_url, "--app", "brokenmod:app", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "ModuleNotFoundError: No module named 'no_such_dependency_xyz'" in result.stderr
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "Error: --app brokenmod:app: module 'brokenmod' was found, but its own import of "
+        )
+    )

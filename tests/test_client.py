@@ -20,7 +20,7 @@ def app(tmp_path):
     app = dbqueue.App(f"sqlite:///{tmp_path}/q.db", max_attempts=9)
 
     @app.task("registered", queue="billing", priority=3, max_attempts=2)
-    def registered(job):
+    def registered(job, session):
         return None
 
     return app

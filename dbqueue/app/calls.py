@@ -1,5 +1,6 @@
 """``app.result`` and ``app.call``: a job's stored result, and a synchronous call that enqueues
-a job in a transaction of its own and waits for its result.
+a job in a transaction of its own and waits for its result; ``aresult``, ``acall`` and
+``acancel``, the same for asyncio code.
 
 A waiting caller reads the job's row by primary key, and between reads waits for a push that
 the job finished: PostgreSQL's NOTIFY (one LISTEN connection per App, shared by every caller
@@ -10,17 +11,21 @@ lock server's push where the App knows one, else it polls (5 ms, growing to 200 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.engine import Connection
 from typing_extensions import Unpack
 
 from dbqueue import dialects
+from dbqueue.app.aio import AsyncTarget, async_connection_for
 from dbqueue.app.targets import target_or_engine
 from dbqueue.base import results
+from dbqueue.engine import NewJob
 from dbqueue.errors import (
     CallFromHandlerError,
     ConfigurationError,
@@ -30,8 +35,10 @@ from dbqueue.errors import (
     JobNotFoundError,
 )
 from dbqueue.job import Status
+from dbqueue.runtime.cancellation import CancelCall, Cancellation, job_ids
 from dbqueue.runtime.enqueue import EnqueueOptions, check_option_names, job_for_task
 from dbqueue.runtime.targets import Target, connection_for
+from dbqueue.tasks.suggestions import refuse_unregistered
 
 if TYPE_CHECKING:
     from dbqueue.app.eager import AfterCommit
@@ -56,13 +63,39 @@ _NOT_FINISHED: Any = object()
 
 
 class _Watch:
-    """One caller's wait: set when the job may have finished (look again)."""
+    """One caller's wait: set when the job may have finished (look again). A thread waits on
+    ``event``; a coroutine on ``wait_async``, bound to its loop on first use."""
 
-    __slots__ = ("event", "pushed")
+    __slots__ = ("event", "pushed", "_loop", "_async_event")
 
     def __init__(self, pushed: bool) -> None:
         self.event = threading.Event()
         self.pushed = pushed
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_event: asyncio.Event | None = None
+
+    def set(self) -> None:
+        """From any thread."""
+        self.event.set()
+        loop, event = self._loop, self._async_event
+        if loop is not None and event is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(event.set)
+
+    def clear(self) -> None:
+        self.event.clear()
+        if self._async_event is not None:
+            self._async_event.clear()
+
+    async def wait_async(self, seconds: float | None) -> None:
+        """Until set or ``seconds`` have passed (None: no limit), without blocking the loop."""
+        if self._async_event is None:
+            self._async_event = asyncio.Event()
+            self._loop = asyncio.get_running_loop()
+        if self.event.is_set():  # set before the loop was bound
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._async_event.wait(), seconds)
 
 
 class FinishWaiters:
@@ -121,7 +154,7 @@ class FinishWaiters:
         if not client.connected:
             client.wait_connected(min(LISTEN_READY, client.timeout))
         name = results.finished_name(self.context.names.qualified_jobs, job_id)
-        return client.subscribe([name], lambda _name: watch.event.set())
+        return client.subscribe([name], lambda _name: watch.set())
 
     def _ensure_listener(self) -> Notifier:
         with self._lock:
@@ -148,7 +181,7 @@ class FinishWaiters:
             else:
                 watches = [w for i in job_ids for w in self._watches.get(i, ())]
         for watch in watches:
-            watch.event.set()
+            watch.set()
 
     def _close_later(self, seconds: float) -> None:
         """(With the lock held.) One timer at a time closes an idle listener."""
@@ -170,8 +203,13 @@ class FinishWaiters:
 
 
 class ResultCalls:
-    """``result`` and ``call``. ``waiters`` tells them when a job may have finished;
-    ``after_commit`` follows a call's job as any enqueue's (in eager mode it runs at once)."""
+    """``result`` and ``call``, and for asyncio code ``aresult``, ``acall`` and ``acancel``.
+    ``waiters`` tells them when a job may have finished; ``after_commit`` follows
+    a call's job as any enqueue's (in eager mode it runs at once).
+
+    A wait's logic is written once (``_wait_steps``); the sync calls run its reads and waits in
+    the caller's thread, the async ones await them on the App's asyncio engine (on a thread
+    where the database has no asyncio driver), so the event loop runs on meanwhile."""
 
     def __init__(
         self, context: RuntimeContext, waiters: FinishWaiters, after_commit: AfterCommit
@@ -197,7 +235,18 @@ class ResultCalls:
         waiting = self._waiters.watch(job_id) if timeout else _not_waiting()
         where = target_or_engine(self.context, target)
         with waiting as watch:
-            return self._wait(job_id, timeout, deadline, watch, where)
+            return self._wait(_wait_steps(timeout, deadline, watch), job_id, watch, where)
+
+    async def aresult(
+        self, job_id: int, timeout: float | None = None, target: AsyncTarget = None
+    ) -> Any:
+        """``result`` for asyncio: the same answers and errors, awaited; ``target`` an
+        AsyncSession or AsyncConnection to read through (None: the App's asyncio engine)."""
+        timeout = _check_timeout(timeout)
+        deadline = time.monotonic() + (timeout or 0.0)
+        async with self._awatch(job_id, bool(timeout)) as watch:
+            steps = _wait_steps(timeout, deadline, watch)
+            return await self._await(steps, job_id, watch, target)
 
     def call(
         self,
@@ -211,19 +260,9 @@ class ResultCalls:
         ``enqueue``'s. Raises what ``result`` raises: JobFailedError when the job is dead (its
         attempts ran out, or it was discarded), JobNotFinishedError (a TimeoutError) when it
         did not finish in time — the job stays queued, and ``error.job_id`` names it.
-        Refused inside a handler (CallFromHandlerError): it would wait on itself."""
-        if results.in_handler_thread():
-            raise CallFromHandlerError(
-                f"app.call({task!r}) inside a handler: the handler would hold its worker thread "
-                "and its transaction while waiting for a job that may need them. Enqueue the "
-                "job with app.enqueue(session, …) and let the handler return (or chain the "
-                "work in the job's own handler)"
-            )
-        timeout = _check_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        check_option_names("call", options)
-        job = job_for_task(self.context, task, payload, options)
-        job.awaited = True
+        UnknownTaskError at once, enqueueing nothing, when the App registers tasks but not
+        ``task``. Refused inside a handler (CallFromHandlerError): it would wait on itself."""
+        timeout, deadline, job = self._call_job("call", task, payload, timeout, options)
         engine = self.context.engine
         with contextlib.ExitStack() as stack:
             with connection_for(engine) as conn:
@@ -231,46 +270,156 @@ class ResultCalls:
                 watch = stack.enter_context(self._waiters.watch(job_id))
             # Wakes the workers, or runs the job here in eager mode.
             self._after_commit.enqueued(None, [job.queue], [job_id])
-            return self._wait(job_id, timeout, deadline, watch, engine)
+            return self._wait(_wait_steps(timeout, deadline, watch), job_id, watch, engine)
         raise AssertionError("unreachable")  # pragma: no cover - for type checkers
 
-    def _wait(
-        self,
-        job_id: int,
-        timeout: float | None,
-        deadline: float | None,
-        watch: _Watch,
-        target: Target,
+    async def acall(
+        self, task: str, payload: Any, timeout: float | None, options: Mapping[str, Any]
     ) -> Any:
-        """Read the job until it has finished or the deadline passes (None: no deadline).
-        A wake-up reads at once but leaves the polls where they were: a commit watch (SQLite)
-        wakes on commits that are not the job's end, which must not push its next read back."""
-        delay, next_poll = FIRST_POLL, 0.0
-        while True:
-            watch.event.clear()  # an announcement from here on makes the wait below return
-            state = self._read(job_id, target)
-            value = _outcome(state)
-            if value is not _NOT_FINISHED:
-                return value
-            now = time.monotonic()
-            remaining = None if deadline is None else deadline - now
-            if remaining is not None and remaining <= 0:
-                raise _not_finished(state, timeout)
-            if now >= next_poll:
-                next_poll, delay = now + delay, min(MAX_POLL, delay * POLL_GROWTH)
-            pushed = watch.pushed and bool(state["awaited"])
-            wait = PUSHED_POLL if pushed else next_poll - now
-            watch.event.wait(wait if remaining is None else min(wait, remaining))
+        """``call`` for asyncio: the job is enqueued through the App's asyncio engine, and its
+        result awaited; the event loop runs other tasks meanwhile."""
+        timeout, deadline, job = self._call_job("acall", task, payload, timeout, options)
+        if not self.context.has_async_driver:  # SingleStore: the sync call, on a thread
+            return await asyncio.to_thread(self.call, task, payload, timeout, **options)
+        async with contextlib.AsyncExitStack() as stack:
+            async with async_connection_for(self.context, "acall", None, False) as (conn, _):
+                job_id = await conn.run_sync(self._insert, job)
+                watch = await stack.enter_async_context(self._awatch(job_id, True))
+            if self._after_commit.eager:  # the job runs here, at once: not on the loop
+                await asyncio.to_thread(self._after_commit.enqueued, None, [job.queue], [job_id])
+            else:
+                self._after_commit.enqueued(None, [job.queue], [job_id])
+            return await self._await(_wait_steps(timeout, deadline, watch), job_id, watch, None)
+        raise AssertionError("unreachable")  # pragma: no cover - for type checkers
+
+    async def acancel(self, ids: int | Iterable[int], target: AsyncTarget = None) -> dict[int, str]:
+        """``cancel`` for asyncio: the same steps (``CancelCall``), its transaction on
+        ``target`` (an AsyncSession or AsyncConnection) or the App's asyncio engine."""
+        call = CancelCall(self.context, job_ids(ids))
+        if not call.ids:
+            return {}
+        if target is None and not self.context.has_async_driver:
+            return await asyncio.to_thread(Cancellation(self.context).cancel, call.ids)
+        if call.store.separate:  # a side database, written with the sync engine: on a thread
+            await asyncio.to_thread(call.post_early, self.context.engine)
+        try:
+            async with async_connection_for(self.context, "acancel", target, True) as (conn, _):
+                report: dict[int, str] = await conn.run_sync(call.run)
+        except BaseException:
+            await asyncio.to_thread(call.withdraw)
+            raise
+        await asyncio.to_thread(call.settle)
+        return report
+
+    def _call_job(
+        self, call: str, task: str, payload: Any, timeout: Any, options: Mapping[str, Any]
+    ) -> tuple[float | None, float | None, NewJob]:
+        """A call's checked timeout, its deadline and its job (refused inside a handler)."""
+        if results.in_handler_thread():
+            raise CallFromHandlerError(
+                f"app.{call}({task!r}) inside a handler: the handler would hold its worker "
+                "thread and its transaction while waiting for a job that may need them. Enqueue "
+                "the job with app.enqueue(session, …) and let the handler return (or chain the "
+                "work in the job's own handler)"
+            )
+        timeout = _check_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        check_option_names(call, options)
+        refuse_unregistered(self.context.registry, f"app.{call}", task)
+        job = job_for_task(self.context, task, payload, options)
+        job.awaited = True
+        return timeout, deadline, job
+
+    def _insert(self, conn: Connection, job: NewJob) -> int:
+        return self.context.queue_engine(conn).inserts.insert(conn, job)  # type: ignore[no-any-return]
+
+    @contextlib.asynccontextmanager
+    async def _awatch(self, job_id: int, waits: bool) -> AsyncIterator[_Watch]:
+        """``FinishWaiters.watch`` for a coroutine: its first use may wait for the LISTEN
+        connection or the lock server, so it is entered on a thread."""
+        if not waits:
+            yield _Watch(pushed=False)
+            return
+        watching = self._waiters.watch(job_id)
+        watch = await asyncio.to_thread(watching.__enter__)
+        try:
+            yield watch
+        finally:
+            watching.__exit__(None, None, None)
+
+    def _wait(self, steps: _Steps, job_id: int, watch: _Watch, target: Target) -> Any:
+        """Run a wait's steps in this thread."""
+        try:
+            step = next(steps)
+            while True:
+                if step is _READ:
+                    step = steps.send(self._read(job_id, target))
+                else:
+                    watch.event.wait(step)
+                    step = next(steps)
+        except StopIteration as done:
+            return done.value
+
+    async def _await(self, steps: _Steps, job_id: int, watch: _Watch, target: AsyncTarget) -> Any:
+        """Run a wait's steps on the event loop."""
+        try:
+            step = next(steps)
+            while True:
+                if step is _READ:
+                    step = steps.send(await self._aread(job_id, target))
+                else:
+                    await watch.wait_async(step)
+                    step = next(steps)
+        except StopIteration as done:
+            return done.value
 
     def _read(self, job_id: int, target: Target) -> dict[str, Any]:
         with connection_for(target) as conn:
-            state = self.context.queue_engine(conn).queries.finish_state(conn, job_id)
+            return self._read_on(conn, job_id)
+
+    async def _aread(self, job_id: int, target: AsyncTarget) -> dict[str, Any]:
+        if target is None and not self.context.has_async_driver:
+            return await asyncio.to_thread(self._read, job_id, self.context.engine)
+        async with async_connection_for(self.context, "aresult", target, False) as (conn, _):
+            return await conn.run_sync(self._read_on, job_id)  # type: ignore[no-any-return]
+
+    def _read_on(self, conn: Connection, job_id: int) -> dict[str, Any]:
+        state = self.context.queue_engine(conn).queries.finish_state(conn, job_id)
         if state is None:
             raise JobNotFoundError(
                 f"there is no job {job_id} in {self.context.names.qualified_jobs}: it was never "
                 "enqueued there, or purged after its retention period (QUEUE_PURGE_MAX_AGE)"
             )
-        return state
+        return state  # type: ignore[no-any-return]
+
+
+#: A step of a wait asking for the job's row (sent back as its state).
+_READ: Any = object()
+#: A wait's steps: _READ, or seconds to wait for a wake-up (None: no limit); returns the result.
+_Steps = Generator[Any, Any, Any]
+
+
+def _wait_steps(timeout: float | None, deadline: float | None, watch: _Watch) -> _Steps:
+    """Read the job until it has finished or the deadline passes (None: no deadline), without
+    doing the reads or the waits: the sync and the async calls do those.
+    A wake-up reads at once but leaves the polls where they were: a commit watch (SQLite)
+    wakes on commits that are not the job's end, which must not push its next read back."""
+    delay, next_poll = FIRST_POLL, 0.0
+    while True:
+        watch.clear()  # an announcement from here on makes the wait below return
+        state = yield _READ
+        value = _outcome(state)
+        if value is not _NOT_FINISHED:
+            return value
+        now = time.monotonic()
+        remaining = None if deadline is None else deadline - now
+        if remaining is not None and remaining <= 0:
+            raise _not_finished(state, timeout)
+        if now >= next_poll:
+            next_poll, delay = now + delay, min(MAX_POLL, delay * POLL_GROWTH)
+        pushed = watch.pushed and bool(state["awaited"])
+        wait = PUSHED_POLL if pushed else next_poll - now
+        yield wait if remaining is None else min(wait, remaining)
 
 
 @contextlib.contextmanager

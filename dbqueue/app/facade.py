@@ -327,6 +327,20 @@ class App:
         """Cancel jobs; returns job id → what became of it, in the order given."""
         return self._cancellation.cancel(ids, target)
 
+    async def aresult(self, job_id: int, timeout: float | None = None,
+                      target: AsyncTarget = None) -> Any:  # fmt: skip
+        """``result`` for asyncio: awaits the job without blocking the event loop."""
+        return await self._results.aresult(job_id, timeout, target)
+
+    async def acall(self, task: str, payload: Any = None, timeout: float | None = 30.0,
+                    **options: Unpack[EnqueueOptions]) -> Any:  # fmt: skip
+        """``call`` for asyncio: awaits the job's result without blocking the event loop."""
+        return await self._results.acall(task, payload, timeout, options)
+
+    async def acancel(self, ids: int | Iterable[int], target: AsyncTarget = None) -> dict[int, str]:
+        """``cancel`` for asyncio (an AsyncSession, AsyncConnection or None)."""
+        return await self._results.acancel(ids, target)
+
     def cancel_publication(
         self, publication_id: int, target: Target | None = None
     ) -> dict[int, str]:

@@ -127,6 +127,8 @@ class HandlerRegistration:
         database of ``job.tenant`` (``App(tenant_databases=…)``), committed right before the
         job's completion commits, rolled back when the handler fails.
         """
+        if callable(name):  # a bare @app.task: the function itself
+            return self.task(None, timeout=timeout, **options)(name)  # type: ignore[return-value]
         _definition("task", name or "-", _no_handler, options)  # options checked now
 
         def register(handler: H) -> H:
@@ -156,6 +158,10 @@ class HandlerRegistration:
         An exception raised fails every job of the batch (each by its own retry rules).
         ``timeout`` covers the whole call; the other options are those of ``task``.
         """
+        if callable(name):  # a bare @app.batch_task: the function itself
+            return self.batch_task(  # type: ignore[return-value]
+                None, max_size=max_size, max_wait=max_wait, timeout=timeout, **options
+            )(name)
         batch = _batch_options(max_size, max_wait)
         _definition("batch_task", name or "-", _no_handler, options)  # options checked now
 

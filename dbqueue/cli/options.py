@@ -4,7 +4,6 @@ a command runs on, built from them once; dbqueue's own errors become one line, n
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 import os
 import sys
@@ -17,6 +16,7 @@ import sqlalchemy as sa
 
 from dbqueue.app.facade import App
 from dbqueue.cli import logs
+from dbqueue.cli.loading import load_app
 from dbqueue.config import (
     DATABASE_VARIABLES,
     DEFAULT_SQLITE_FILE,
@@ -62,28 +62,6 @@ def _configure_logging(verbose: bool, log_format: str = "text") -> None:
         logging.getLogger("urllib3").setLevel(logging.INFO)
 
 
-def load_app(spec: str | None) -> App | None:
-    """``module:attribute`` (attribute default ``app``) → the App it names."""
-    if not spec:
-        return None
-    module_name, _, attribute = spec.partition(":")
-    sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"--app {spec}: cannot import module {module_name!r} ({exc}); give an importable "
-            "module, e.g. --app myproject.jobs:app"
-        ) from None
-    app = getattr(module, attribute or "app", None)
-    if not isinstance(app, App):
-        raise ConfigurationError(
-            f"--app {spec}: {module_name}.{attribute or 'app'} is "
-            f"{'missing' if app is None else type(app).__name__}, not a dbqueue.App"
-        )
-    return app
-
-
 def database_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--url, --dialect, --table-prefix, --schema, --app, -v and --log-format, shared by
     every command."""
@@ -125,7 +103,7 @@ def database_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.get_current_context().meta[LOG_FORMAT] = log_format
         click.get_current_context().meta[APP_SPEC] = app_spec
         with OneLineErrors():
-            app = build_app(url, dialect, table_prefix, schema, app_spec)
+            app = build_app(url, dialect, table_prefix, schema, app_spec, verbose)
             default = default_database(app, url)
             if default is not None:
                 creates = getattr(command, "creates_database", None)
@@ -174,9 +152,10 @@ def build_app(
     table_prefix: str | None,
     schema: str | None,
     app_spec: str | None,
+    verbose: bool = False,
 ) -> App:
     resolved = resolve_url(url, dialect)  # validates --dialect and the URL early
-    app = load_app(app_spec)
+    app = load_app(app_spec, verbose)
     if app is None:
         return App(resolved, table_prefix=table_prefix, schema=schema)
     if url or dialect or table_prefix or schema:

@@ -5,7 +5,13 @@ SQLAlchemy the way each database needs it."""
 from __future__ import annotations
 
 from dbqueue.dialects.base import WRITE_INTENT, Dialect
-from dbqueue.dialects.connect import create_async_engine, create_engine, is_configured, resolve_url
+from dbqueue.dialects.connect import (
+    create_async_engine,
+    create_engine,
+    is_configured,
+    resolve_url,
+    sync_url,
+)
 from dbqueue.dialects.mysql import MySQLDialect
 from dbqueue.dialects.postgresql import PostgresDialect
 from dbqueue.dialects.registry import (
@@ -34,4 +40,5 @@ __all__ = [
     "for_sqlalchemy",
     "is_configured",
     "resolve_url",
+    "sync_url",
 ]

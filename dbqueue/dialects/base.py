@@ -40,6 +40,9 @@ class Dialect(abc.ABC):
     #: the asyncio driver async handlers and async enqueue use (``dbqueue[asyncio]``), None:
     #: the database has no async path.
     async_driver: ClassVar[str | None] = None
+    #: asyncio driver → the sync driver of the same database, for an async URL given where a
+    #: sync engine is needed (the App's own engine, the command line).
+    sync_drivers: ClassVar[dict[str, str]] = {}
     #: claim strategy used when none is asked for.
     default_strategy: ClassVar[str]
 
@@ -298,6 +301,14 @@ class Dialect(abc.ABC):
         """The URL as SQLAlchemy must get it: common spellings made ones it loads, with the
         driver dbqueue installs where the URL names none (engines and offline migrations)."""
         return url
+
+    @classmethod
+    def sync_url(cls, url: sa.engine.URL) -> sa.engine.URL | None:
+        """``url`` with the sync counterpart of the asyncio driver it names; None when this
+        module knows none for it."""
+        backend, _, driver = url.drivername.partition("+")
+        sync = cls.sync_drivers.get(driver)
+        return None if sync is None else url.set(drivername=f"{backend}+{sync}")
 
     @classmethod
     def async_url(cls, url: sa.engine.URL) -> sa.engine.URL | None:

@@ -95,6 +95,7 @@ def create_engine(url: str | sa.engine.URL, **kwargs: Any) -> Engine:
     """A new engine on ``url``'s database, configured the way dbqueue needs it."""
     parsed = parse_url(url) if isinstance(url, str) else url
     cls = class_for_url(parsed)
+    parsed = sync_url(parsed, cls)
     cls.check_url(parsed)
     options = {**cls.engine_kwargs(), **kwargs}
     # The dialect's pre-ping, unless the caller chose: only for connections idle a while.
@@ -177,6 +178,22 @@ def create_async_engine(url: str | sa.engine.URL, **kwargs: Any) -> AsyncEngine:
     quiet_reset_failures(engine.sync_engine)
     _CONFIGURED.add(engine.sync_engine.pool)
     return engine
+
+
+def sync_url(url: sa.engine.URL, cls: type[Dialect] | None = None) -> sa.engine.URL:
+    """``url`` where a sync engine is needed: one naming an asyncio driver (an App's async URL
+    given as its URL) becomes the same URL with that driver's sync counterpart, or is refused:
+    a sync engine on an asyncio driver fails at its first statement (MissingGreenlet)."""
+    if not _names_async_driver(url):
+        return url
+    cls = cls or class_for_url(url)
+    sync = cls.sync_url(url)
+    if sync is None:
+        raise ConfigurationError(
+            f"{url.drivername}:// is an asyncio driver, and a sync engine is needed here: give "
+            f"the URL with a sync driver ({cls.url_driver}://…) and the asyncio one as async_url"
+        )
+    return sync
 
 
 def _names_async_driver(url: sa.engine.URL) -> bool:

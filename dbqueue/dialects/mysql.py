@@ -68,6 +68,7 @@ class MySQLDialect(Dialect):
     sqlalchemy_names = ("mysql", "mariadb")
     url_driver = "mysql+pymysql"
     async_driver = "aiomysql"
+    sync_drivers = {"aiomysql": "pymysql", "asyncmy": "pymysql"}
     default_port = 3306
     default_strategy = "skip_locked"
 

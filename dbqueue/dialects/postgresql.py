@@ -62,6 +62,7 @@ class PostgresDialect(Dialect):
     url_aliases = ("postgres",)
     url_driver = "postgresql+psycopg2"
     async_driver = "asyncpg"
+    sync_drivers = {"asyncpg": "psycopg2", "psycopg_async": "psycopg"}
     default_port = 5432
     default_strategy = "skip_locked"
 

@@ -56,6 +56,7 @@ class SQLiteDialect(Dialect):
     sqlalchemy_names = ("sqlite",)
     url_driver = "sqlite"
     async_driver = "aiosqlite"
+    sync_drivers = {"aiosqlite": "pysqlite"}
     default_strategy = "sqlite"
     single_writer = True
     needs_batch_alter = True

@@ -285,7 +285,7 @@ def _migrate(context: Any, connection: Connection, names: TableNames) -> None:
 
 
 def _migrate_offline(context: Any, url: str, names: TableNames) -> None:
-    given = parse_url(url)
+    given = dialects.sync_url(parse_url(url))
     parsed = dialects.class_for_url(given).normalize_url(given)
     dialect = dialects.for_sqlalchemy(parsed.get_dialect()())
     context.configure(

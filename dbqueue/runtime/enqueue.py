@@ -22,6 +22,7 @@ from dbqueue.base.identifiers import check_queue_name, check_task_name
 from dbqueue.engine import ALWAYS, COALESCE, ON_CONFLICT, NewJob
 from dbqueue.errors import ConfigurationError
 from dbqueue.schema.tables import DEFAULT_PRIORITY, MAX_KEY_CHARS, MAX_UNIQUE_KEY
+from dbqueue.tasks.suggestions import warn_unregistered
 
 if TYPE_CHECKING:
     from dbqueue.runtime.context import RuntimeContext
@@ -123,6 +124,8 @@ def job_for_task(
         max_payload_bytes=context.max_payload_bytes,
         **options,
     )
+    if definition is None:
+        warn_unregistered(context.registry, task)
     return coalescing(job, task, score) if coalesce else job
 
 
@@ -151,6 +154,8 @@ def _plain_defaults(context: RuntimeContext, task: str) -> tuple[str, int, int]:
         priority = DEFAULT_PRIORITY
     max_attempts = max_attempts or context.max_attempts
     _check_names(task, queue)
+    if definition is None:
+        warn_unregistered(context.registry, task)
     if type(priority) is not int or not _INT32[0] <= priority <= _INT32[1]:
         priority = _check_int("priority", priority)
     if type(max_attempts) is not int or not 1 <= max_attempts <= _INT32[1]:

@@ -9,8 +9,17 @@ from collections.abc import Callable
 from typing import Any
 
 from dbqueue.errors import ConfigurationError
+from dbqueue.tasks.signatures import ERROR_HOOK, MIDDLEWARE, WORKER_HOOK, check_signature
 
 log = logging.getLogger("dbqueue.worker")
+
+#: Each kind of hook: how it is registered, and what it is called with.
+_KINDS = {
+    "middlewares": ("app.middleware", MIDDLEWARE),
+    "on_start": ("@app.on_worker_start", WORKER_HOOK),
+    "on_stop": ("@app.on_worker_stop", WORKER_HOOK),
+    "on_error": ("@app.on_worker_error", ERROR_HOOK),
+}
 
 #: ``fn(subject, call_next)``: subject is the Job (or, for a batch handler, the list of Jobs);
 #: ``call_next()`` runs the next middleware, then the handler, and returns what it returned.
@@ -32,6 +41,7 @@ class WorkerHooks:
                 f"{kind} takes a function, not {type(fn).__name__} {fn!r}: pass the function "
                 "itself (no call parentheses)"
             )
+        check_signature(fn, *_KINDS[kind])
         getattr(self, kind).append(fn)
         return fn
 

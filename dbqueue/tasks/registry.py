@@ -14,6 +14,7 @@ from dbqueue.errors import ConfigurationError, UnknownTaskError
 from dbqueue.job import Job
 from dbqueue.tasks.hooks import WorkerHooks
 from dbqueue.tasks.schedules import ScheduleBook
+from dbqueue.tasks.signatures import BATCH, TASK, TENANT_TASK, check_signature
 
 #: A backoff maps the number of the attempt that just failed (1, 2, …) to seconds to wait.
 Backoff = Callable[[int], float]
@@ -123,6 +124,7 @@ class TaskRegistry:
             check_queue_name(definition.queue)
         if definition.timeout is not None:
             definition.timeout = check_timeout(definition.timeout, f"task {definition.name!r}")
+        _check_handlers(definition, f"task {definition.name!r}")
         existing = self._tasks.get(definition.name)
         _check_not_twice(f"task {definition.name!r}", existing, definition)
         if existing is not None:
@@ -157,6 +159,7 @@ class TaskRegistry:
         return self._default_transaction if chosen is None else chosen
 
     def add_dead_handler(self, name: str, handler: Handler) -> None:
+        check_handler(handler, f"dead handler of task {name!r}", TASK)
         definition = self._tasks.get(name)
         if definition is None:
             definition = self.register(TaskDefinition(name=name, handler=None))
@@ -188,6 +191,7 @@ class TaskRegistry:
         self.has_leased = self.has_leased or definition.transaction is False
         existing = self._subscribers.get(key)
         what = f"subscriber {definition.subscription_id!r} of topic {definition.name!r}"
+        _check_handlers(definition, what)
         _check_not_twice(what, existing, definition)
         if existing is not None:
             _merge(existing, definition)
@@ -195,6 +199,8 @@ class TaskRegistry:
         return definition
 
     def add_dead_subscriber(self, topic: str, subscription_id: str, handler: Handler) -> None:
+        what = f"dead subscriber {subscription_id!r} of topic {topic!r}"
+        check_handler(handler, what, TASK)
         definition = self._subscribers.get((topic, subscription_id))
         if definition is None:
             definition = self.register_subscriber(
@@ -323,6 +329,23 @@ class TaskRegistry:
             return self._subscriber_handlers(job.task, job.subscription_id)[1] is not None
         definition = self._tasks.get(job.task) or self.catch_all
         return definition is not None and definition.dead_handler is not None
+
+
+def check_handler(handler: Handler, what: str, arguments: tuple[str, ...]) -> None:
+    """Refuse a handler that cannot take what the worker will call it with (``arguments``;
+    one that takes the tenant's database gets ``tenant_session`` after them)."""
+    if isinstance(handler, TenantHandler):
+        handler, arguments = handler.handler, TENANT_TASK
+    check_signature(handler, what, arguments)
+
+
+def _check_handlers(definition: TaskDefinition, what: str) -> None:
+    """A definition's handler (``handler(jobs, session)`` for a batch task) and dead handler
+    (always one job at a time)."""
+    if definition.handler is not None:
+        check_handler(definition.handler, what, BATCH if definition.batch else TASK)
+    if definition.dead_handler is not None:
+        check_handler(definition.dead_handler, f"dead handler of {what}", TASK)
 
 
 def _check_not_twice(what: str, existing: TaskDefinition | None, new: TaskDefinition) -> None:

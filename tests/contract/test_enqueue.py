@@ -198,7 +198,7 @@ def test_enqueue_many_plain_items_take_each_tasks_registered_options(backend):
     app = backend.app()
 
     @app.task("registered_bulk", queue="billing", priority=7, max_attempts=4)
-    def registered(job):
+    def registered(job, session):
         return None
 
     items = [{"task": ("registered_bulk", "loose")[i % 2], "payload": {"i": i}} for i in range(6)]
