@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -250,3 +253,51 @@ def test_the_readmes_long_job_sample_runs_as_written(database):
     assert renders == [(7, 1), (7, 2), (7, 3)]
     done = row_of(database, job_id)
     assert (done["status"], done["result"]) == ("succeeded", {"parts": 3})
+
+
+LEASED_APP = """
+import sqlalchemy as sa
+import dbqueue
+
+app = dbqueue.App()
+
+@app.task("seen")
+def seen(job, session):
+    jobs = app.tables.jobs
+    with app.engine.connect() as conn:  # what another connection sees while it runs
+        row = conn.execute(sa.select(jobs.c.status, jobs.c.lease_until).where(jobs.c.id == job.id))
+        status, lease = row.one()
+    return {"status": status, "leased": lease is not None}
+"""
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_the_worker_command_runs_jobs_outside_their_transaction_when_told(database, tmp_path, how):
+    (tmp_path / "leased_app.py").write_text(LEASED_APP)
+    app = database.app()
+    job_id = app.enqueue(None, "seen", {})
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DBQUEUE_", "DB_"))},
+        **database.env(),
+        "PYTHONPATH": str(tmp_path),
+        # The module's App reads them too (its handler looks at the row from another connection).
+        "DBQUEUE_URL": database.url,
+        "DBQUEUE_TABLE_PREFIX": database.prefix,
+    }
+    args = ["worker", "--burst"]
+    if how == "flag":
+        args.append("--no-transaction")
+    else:
+        env["DBQUEUE_TRANSACTION"] = "false"
+    dbqueue_command = str(Path(sys.executable).parent / "dbqueue")
+    done = subprocess.run(
+        [dbqueue_command, *args, "--app", "leased_app:app"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    row = row_of(database, job_id)
+    assert (row["status"], row["result"]) == ("succeeded", {"status": "running", "leased": True})
