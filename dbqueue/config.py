@@ -114,6 +114,8 @@ class Settings:
     # outside it under a lease (False), and how long a lease lasts unless heartbeated.
     transaction: bool | None = None
     lease_seconds: float | None = None
+    # Seconds a stopping worker waits for its running jobs before it stops at once.
+    shutdown_timeout: float | None = None
     log_jobs: bool = False  # one INFO line per finished job (logger dbqueue.jobs)
     # Eager mode: run each job in the enqueuing process when its transaction commits (tests,
     # development); eager_raise: a job that dies there raises EagerJobError to the caller.
@@ -187,6 +189,7 @@ _NUMBERS = {
     "maintenance_tick": ("DBQUEUE_MAINTENANCE_TICK", float),
     "job_timeout": ("DBQUEUE_JOB_TIMEOUT", float),
     "lease_seconds": ("DBQUEUE_LEASE_SECONDS", float),
+    "shutdown_timeout": ("DBQUEUE_SHUTDOWN_TIMEOUT", float),
 }
 _MINUTES = {
     "rescue_minutes": "QUEUE_MINUTE_RETRY_THREAD",

@@ -11,6 +11,7 @@ from dbqueue.base.limits import parse_queue_limits
 from dbqueue.cli.options import chosen_log_format, database_options
 from dbqueue.config import parse_minutes
 from dbqueue.errors import ConfigurationError
+from dbqueue.worker.process import exit_now
 
 
 def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
@@ -74,6 +75,13 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
     help="Seconds a job may run (tasks' own timeout= wins); past it the attempt fails.",
 )
 @click.option(
+    "--shutdown-timeout",
+    type=float,
+    envvar="DBQUEUE_SHUTDOWN_TIMEOUT",
+    help="Seconds a stop waits for running jobs, then stops at once as a second "
+    "SIGTERM/SIGINT does (default: as long as they run).",
+)
+@click.option(
     "--log-jobs/--no-log-jobs",
     default=None,
     help="One INFO line per finished job on logger dbqueue.jobs (env DBQUEUE_LOG_JOBS).",
@@ -128,7 +136,8 @@ def worker(
     transaction: bool | None,
     **options: Any,
 ) -> None:
-    """Run a worker until SIGTERM/SIGINT (or --burst / a limit)."""
+    """Run a worker until SIGTERM/SIGINT (or --burst / a limit); a second signal stops it at
+    once."""
     if metrics_port is not None:
         from dbqueue.observability import metrics
 
@@ -144,13 +153,16 @@ def worker(
         wait_notify_interval=wait_notify_interval,
         transaction=transaction,
     )
-    summary = app.run_worker(
+    runner = app.worker(
         queues=list(queues) or None,
         queue_limits=parse_queue_limits(queue_limits),
         maintenance=not no_maintenance,
         **options,
     )
+    summary = runner.run()
     if chosen_log_format() != "json":  # JSON: the log line says it
         click.echo(
             f"worker stopped: {summary.succeeded} succeeded, {summary.failed} failed", err=True
         )
+    if runner.abandoned_threads_running:  # stopped at once: nothing of the worker may follow
+        exit_now()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
 import sys
 import threading
 import time
@@ -92,9 +93,7 @@ class AsyncSlot:
     def __init__(self, loop: asyncio.AbstractEventLoop, engine: AsyncEngine, index: int) -> None:
         self.loop = loop
         self.engine = engine
-        self.thread = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix=f"dbqueue-slot-{index}"
-        )
+        self.thread = HandlerThread(f"dbqueue-slot-{index}")
         #: The slot thread's id: where the watchdog raises in a plain handler.
         self.thread_id: int = self.thread.submit(_enter_handler_thread).result()
         #: The slot's own task (it runs the claim loop's greenlet, and awaits async handlers).
@@ -167,7 +166,39 @@ class AsyncSlot:
         )
 
     def close(self) -> None:
-        self.thread.shutdown(wait=False)
+        self.thread.shutdown()
+
+
+class HandlerThread:
+    """A slot's own thread for plain handlers: ``submit(fn, *args)`` runs calls in turn and
+    returns a future. A daemon, unlike a ThreadPoolExecutor's thread (which the interpreter
+    joins at exit): a handler abandoned there, blocked, does not keep the process alive after
+    the worker stopped."""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._calls.put((future, fn, args))
+        return future
+
+    def shutdown(self) -> None:
+        """The thread ends once the call it runs, if any, has returned."""
+        self._calls.put(None)
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            future, fn, args = call
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # the caller's to see, as in a ThreadPoolExecutor
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
 
 
 def _enter_handler_thread() -> int:

@@ -123,7 +123,8 @@ class ClaimLoop:
             with running_handlers():  # app.call from a handler is refused: it would wait on itself
                 self._thread_loop(index, aio)
         except Abandoned:
-            log.info("abandoned worker thread %d unblocked and ended without writing", index)
+            if not self.run_state.stop_now.is_set():  # else the worker has said it stopped
+                log.info("abandoned worker thread %d unblocked and ended without writing", index)
         except BaseException as exc:  # a bug: say so, and let the supervisor see the thread end
             log.exception("worker thread %d stopped by an unexpected error", index)
             self.report(exc)

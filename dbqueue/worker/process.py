@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy.engine import Connection
 
@@ -16,11 +19,17 @@ log = logging.getLogger("dbqueue.worker")
 
 
 class SignalHandlers:
-    """SIGTERM/SIGINT stop claiming and let running jobs finish (only from the main thread)."""
+    """The first SIGTERM/SIGINT stops claiming and lets running jobs finish; the next one stops
+    at once (Celery's warm, then cold, shutdown). Installed only from the main thread."""
 
-    def __init__(self, stop: Callable[[], None] | None) -> None:
-        """``stop``: the worker's; None installs nothing."""
+    def __init__(
+        self, stop: Callable[[bool], None] | None, shutdown_timeout: float | None = None
+    ) -> None:
+        """``stop(now)``: the worker's; None installs nothing. ``shutdown_timeout``: how long
+        the first signal waits at most, said in its log line."""
         self.stop = stop
+        self.shutdown_timeout = shutdown_timeout
+        self.received = 0
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> None:
@@ -35,11 +44,33 @@ class SignalHandlers:
 
     def _handle(self, signum: int, frame: Any) -> None:
         assert self.stop is not None
-        log.info(
-            "%s received: no new jobs will be claimed; waiting for running jobs to finish",
-            signal.Signals(signum).name,
-        )
-        self.stop()
+        name = signal.Signals(signum).name
+        self.received += 1
+        if self.received == 1:
+            limit = self.shutdown_timeout
+            log.info(
+                "%s received: no new jobs will be claimed; waiting for running jobs to finish%s "
+                "(a second SIGINT or SIGTERM stops at once)",
+                name,
+                "" if limit is None else f", for at most {limit:g}s (the shutdown timeout)",
+            )
+            self.stop(False)
+        elif self.received == 2:
+            log.warning("%s received again: stopping at once", name)
+            self.stop(True)
+        else:
+            log.info("%s received: the worker is stopping at once already", name)
+
+
+def exit_now(code: int = 0) -> NoReturn:
+    """End the process now, after its exit hooks (logging's flush among them), without the
+    interpreter's teardown: a daemon thread still blocked in a handler may wake during that
+    teardown, and one that runs a handler in a greenlet (a plain handler on an async worker's
+    slot) can then crash the process. Solid Queue's immediate termination is ``exit!`` too."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def discard(conn: Connection | None, broken: bool = False) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import queue as queue_module
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -17,13 +18,17 @@ from dbqueue.worker.executor import BatchExecutor
 from dbqueue.worker.handlers import cancel_message, timeout_message
 from dbqueue.worker.process import first_line as _first_line
 from dbqueue.worker.state import RunState
-from dbqueue.worker.watchdog import CANCEL, Slot
+from dbqueue.worker.watchdog import CANCEL, Slot, Watchdog
 
 if TYPE_CHECKING:
     from dbqueue.runtime.context import RuntimeContext
     from dbqueue.strategies import ClaimStrategy
 
 log = logging.getLogger("dbqueue.worker")
+
+#: How long a stop at once waits for the abandoned threads' connections to be ended (each from
+#: a connection of its own) before it goes on: the process's exit ends whatever is left.
+END_CONNECTIONS_WAIT = 10.0
 
 
 class AbandonedThreads:
@@ -46,6 +51,8 @@ class AbandonedThreads:
         self.strategy = strategy
         self.run_state = run_state
         self._given_up: queue_module.SimpleQueue[Slot] = queue_module.SimpleQueue()
+        #: The threads given up on while a handler ran in them.
+        self._thread_ids: set[int] = set()
 
     def given_up(self) -> list[Slot]:
         """The slots recovered since the last call: their threads need a replacement."""
@@ -53,6 +60,12 @@ class AbandonedThreads:
         while not self._given_up.empty():
             found.append(self._given_up.get())
         return found
+
+    def still_running(self) -> int:
+        """How many threads given up on while a handler ran in them are still running it
+        (blocked in C): Python cannot end them."""
+        ids = self._thread_ids
+        return sum(1 for thread in threading.enumerate() if thread.ident in ids)
 
     def on_stuck(self, slot: Slot) -> None:
         """A handler stayed blocked past its timeout and the grace period (watchdog thread).
@@ -76,6 +89,7 @@ class AbandonedThreads:
             slot.index,
         )
         self.run_state.count_abandoned_thread()
+        self._thread_ids.add(slot.thread_id)
         try:
             self._end_connection(slot)
             self._record_abandoned(slot, job)
@@ -83,8 +97,61 @@ class AbandonedThreads:
             self._given_up.put(slot)
             self.run_state.signal.wake()
 
+    def stop_at_once(self, slots: list[Slot], watchdog: Watchdog) -> None:
+        """The worker stops without waiting for its running jobs (a second signal, or the
+        shutdown timeout): every thread was given up (``Watchdog.abandon_all``); end their
+        connections, so that what their jobs wrote rolls back and their claims are freed.
+        Nothing is recorded: the jobs come back by the rules for a worker that died.
+
+        Plain handlers on an async worker's slots run in a greenlet: at the interpreter's exit
+        a daemon thread that wakes there is ended in a way greenlet does not survive (the
+        process crashes). Those are given ``timeout_grace`` to unwind (``Abandoned`` was
+        raised in them: Python code stops at once); code blocked in C may outlast it."""
+        running = [slot for slot in slots if slot.armed and slot.job is not None]
+        ids = ", ".join(str(job.id) for slot in running for job in slot.group or [slot.job])
+        if not running:
+            log.warning("stopping at once: no job was running")
+        elif self.strategy.claims_in_transaction:
+            log.warning(
+                "stopping at once: abandoning job(s) %s: their claims roll back with their "
+                "writes, so they are available again at once",
+                ids,
+            )
+        else:
+            log.warning(
+                "stopping at once: abandoning job(s) %s: their writes roll back; they stay "
+                "'running' until rescue (maintenance) finds their worker gone and retries them",
+                ids,
+            )
+        for slot in running:
+            self.run_state.count_abandoned_thread()
+            self._thread_ids.add(slot.thread_id)
+        enders = [
+            threading.Thread(
+                target=self._end_connection, args=(slot,), name="dbqueue-stop-now", daemon=True
+            )
+            for slot in slots
+            if slot.connection is not None
+        ]
+        for ender in enders:
+            ender.start()
+        deadline = time.monotonic() + END_CONNECTIONS_WAIT
+        for ender in enders:
+            ender.join(max(0.0, deadline - time.monotonic()))
+        on_slots = [slot for slot in running if slot.interrupt is not None]
+        if on_slots and not watchdog.wait_unarmed(on_slots, self.timeout_grace):
+            blocked = sum(1 for slot in on_slots if slot.armed)
+            log.warning(
+                "%d handler(s) still blocked %.1fs after the stop: the process's exit ends them",
+                blocked,
+                self.timeout_grace,
+            )
+
     def _end_connection(self, slot: Slot) -> None:
-        fairy = getattr(slot.connection, "connection", None) if slot.connection else None
+        try:
+            fairy = getattr(slot.connection, "connection", None) if slot.connection else None
+        except Exception:  # closed already: nothing of it is left to end
+            return
         dbapi_connection = getattr(fairy, "dbapi_connection", None)
         if dbapi_connection is None:
             return

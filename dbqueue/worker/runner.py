@@ -94,12 +94,18 @@ class Worker:
         self.log_jobs = (
             app_settings.log_jobs if settings.log_jobs is None else bool(settings.log_jobs)
         )
+        self.shutdown_timeout = positive_seconds(
+            "shutdown_timeout",
+            app_settings.shutdown_timeout
+            if settings.shutdown_timeout is None
+            else settings.shutdown_timeout,
+        )
         self.run_maintenance = settings.maintenance and not settings.burst
         self.run_periodic = settings.periodic and not settings.burst
         self.maintenance_settings = (
             settings.maintenance_settings or self.context.maintenance_settings
         )
-        self.run_state = RunState(settings.max_jobs)
+        self.run_state = RunState(settings.max_jobs, self.shutdown_timeout)
         self._init_parts()
         self.lifecycle = Lifecycle(self._run_order())
 
@@ -143,9 +149,11 @@ class Worker:
         ]
 
     # ---- control ------------------------------------------------------------------------------
-    def stop(self) -> None:
-        """Stop claiming; running jobs finish, then run() returns."""
-        self.run_state.stop()
+    def stop(self, now: bool = False) -> None:
+        """Stop claiming; running jobs finish (for at most the shutdown timeout), then run()
+        returns. ``now``: do not wait for them — they are abandoned, their connections ended
+        (what they wrote rolls back), and they come back as a dead worker's jobs do."""
+        self.run_state.stop(now)
 
     def wake(self, early: bool = False) -> None:
         """Make idle threads claim now instead of at the end of their poll interval.
@@ -163,6 +171,13 @@ class Worker:
     def summary(self) -> WorkerSummary:
         return self.run_state.summary
 
+    @property
+    def abandoned_threads_running(self) -> int:
+        """Threads given up on (a handler blocked past its timeout, or running when the worker
+        stopped at once) that still run it: daemons, which the process's exit ends."""
+        abandoned = self.abandoned_threads
+        return 0 if abandoned is None else abandoned.still_running()
+
     # The options as attributes, as the Worker has always had them.
     burst = property(lambda self: self.options.burst)
     max_jobs = property(lambda self: self.options.max_jobs)
@@ -177,29 +192,40 @@ class Worker:
     def run(self) -> WorkerSummary:
         """Run until stopped: start the parts in their order, run the threads until they end,
         stop the parts in the reverse order."""
-        try:
-            self._run()
-        finally:
-            self.lifecycle.stop()
+        # Installed before start-up: a SIGTERM that arrives while the worker registers itself
+        # or starts its threads is a graceful stop, not the default (a kill); kept until its
+        # parts have stopped, so that a signal then does not interrupt them.
+        handler = self.stop if self.options.install_signal_handlers else None
+        with SignalHandlers(handler, self.shutdown_timeout):
+            try:
+                self._run()
+            finally:
+                self.lifecycle.stop()
         if self.run_state.fatal is not None:
             raise self.run_state.fatal
-        return self.summary
+        summary = self.summary
+        # The last line: nothing of the worker runs after it (an abandoned thread is a daemon).
+        log.info(
+            "worker %s stopped: %d succeeded, %d failed, %d cancelled",
+            self.name,
+            summary.succeeded,
+            summary.failed,
+            summary.cancelled,
+        )
+        return summary
 
     def _run(self) -> None:
         hooks = self.context.registry.hooks
         self.context.local_workers.add(self)
         started = False
         try:
-            # Installed before start-up: a SIGTERM that arrives while the worker registers
-            # itself or starts its threads is a graceful stop, not the default (a kill).
-            with SignalHandlers(self.stop if self.options.install_signal_handlers else None):
-                self.lifecycle.start()
-                self._say_started()
-                hooks.worker_started(self)
-                started = True
-                if self.options.max_runtime is not None:
-                    self.run_state.deadline = time.monotonic() + self.options.max_runtime
-                self._threads().run(self.concurrency)
+            self.lifecycle.start()
+            self._say_started()
+            hooks.worker_started(self)
+            started = True
+            if self.options.max_runtime is not None:
+                self.run_state.deadline = time.monotonic() + self.options.max_runtime
+            self._threads().run(self.concurrency)
         except Exception as exc:
             hooks.report(exc, self)
             raise
@@ -209,15 +235,6 @@ class Worker:
             self.context.local_workers.discard(self)
         if self.run_state.fatal is not None:
             hooks.report(self.run_state.fatal, self)
-            return
-        summary = self.summary
-        log.info(
-            "worker %s stopped: %d succeeded, %d failed, %d cancelled",
-            self.name,
-            summary.succeeded,
-            summary.failed,
-            summary.cancelled,
-        )
 
     def _threads(self) -> WorkerThreads:
         """The threads (or async slots), each running the claim loop."""
@@ -247,10 +264,12 @@ class Worker:
             report=lambda exc: hooks.report(exc, self),
             leases=self.leases,
         )
+        watchdog, abandoned = self.watchdog, self.abandoned_threads
         return WorkerThreads(
             self.run_state,
             claim_loop.thread_main,
-            self.abandoned_threads.given_up,
+            abandoned.given_up,
+            lambda: abandoned.stop_at_once(watchdog.abandon_all(), watchdog),
             self.event_loop,
             self.async_engine,
         )

@@ -56,7 +56,10 @@ class WorkerSettings:
     ``app.queue(name, concurrency=N)``, and winning over them). heartbeat_interval:
     seconds between the updates of the worker's row in the registry of live workers
     (``app.workers()``, ``dbqueue workers``); the row expires after four missed ones.
-    install_signal_handlers: SIGTERM/SIGINT stop the worker gracefully (main thread only).
+    install_signal_handlers: SIGTERM/SIGINT stop the worker gracefully, a second one at once
+    (main thread only). shutdown_timeout: seconds a stop (a signal, ``worker.stop()``,
+    ``max_runtime``) waits for running jobs before it stops at once, as a second signal does
+    (default DBQUEUE_SHUTDOWN_TIMEOUT, else as long as they run).
     name: how the worker is known (default ``host:pid``). lease_seconds: how long a job run
     outside its claim's transaction (``@app.task(transaction=False)``) stays this worker's
     without a heartbeat: the heartbeat moves it on; rescue retries a job whose lease ended
@@ -85,6 +88,7 @@ class WorkerSettings:
     queue_limits: Mapping[str, int] | None = None
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
     lease_seconds: float | None = None
+    shutdown_timeout: float | None = None
 
     def __post_init__(self) -> None:
         checked = {
@@ -107,6 +111,7 @@ class WorkerSettings:
             "cancel_notice",
             "heartbeat_interval",
             "lease_seconds",
+            "shutdown_timeout",
         ):
             checked[seconds] = positive_seconds(seconds, getattr(self, seconds))
         for option, value in checked.items():

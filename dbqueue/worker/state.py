@@ -22,7 +22,8 @@ class WorkerSummary:
     cancelled: int = 0
     rounds: int = 0
     reconnects: int = 0
-    #: threads given up because a handler stayed blocked past its timeout (each was replaced)
+    #: threads given up because a handler stayed blocked past its timeout (each was replaced),
+    #: or ran when the worker stopped at once
     abandoned_threads: int = 0
     started_at: float = field(default_factory=time.monotonic)
 
@@ -35,11 +36,18 @@ class RunState:
     """A worker's run, as its threads see it: the stop request and deadline, the wake signal,
     the job budget (``max_jobs``) and the summary, the error that ends the run."""
 
-    def __init__(self, max_jobs: int | None) -> None:
+    def __init__(self, max_jobs: int | None, shutdown_timeout: float | None = None) -> None:
         self.max_jobs = max_jobs
+        #: Seconds a stop waits for running jobs before it stops at once; None: as long as
+        #: they run.
+        self.shutdown_timeout = shutdown_timeout
         self.summary = WorkerSummary()
         #: Set by stop(): running jobs finish, nothing new is claimed.
         self.stop_requested = threading.Event()
+        #: Set by stop(now=True) (a second signal): running jobs are abandoned, not waited for.
+        self.stop_now = threading.Event()
+        #: Monotonic time of the first stop request (the shutdown timeout counts from it).
+        self.stop_requested_at: float | None = None
         #: Idle threads sleep on it; a push, a local enqueue or stop() wakes them.
         self.signal = WakeSignal()
         #: Held by the idle thread that polls for the others.
@@ -54,9 +62,20 @@ class RunState:
         self._reserved = 0
 
     # ---- stopping and waking ------------------------------------------------------------------
-    def stop(self) -> None:
+    def stop(self, now: bool = False) -> None:
+        if self.stop_requested_at is None:
+            self.stop_requested_at = time.monotonic()
+        if now:
+            self.stop_now.set()
         self.stop_requested.set()
         self.signal.wake(everyone=True)
+
+    def shutdown_overdue(self) -> bool:
+        """The wait for running jobs has lasted the shutdown timeout: stop at once."""
+        began = self.stop_requested_at
+        if self.shutdown_timeout is None or began is None:
+            return False
+        return time.monotonic() >= began + self.shutdown_timeout
 
     def fail(self, exc: BaseException) -> None:
         """Stop the run for an error it cannot get past; ``run()`` raises it."""

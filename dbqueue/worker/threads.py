@@ -3,6 +3,7 @@ when the watchdog gives one up while the worker runs on."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -15,26 +16,33 @@ from dbqueue.worker.watchdog import Slot
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-#: How often the supervising thread looks at its threads and the max-runtime deadline.
+log = logging.getLogger("dbqueue.worker")
+
+#: How often the supervising thread looks at its threads, the max-runtime deadline and the
+#: shutdown timeout.
 SUPERVISE_INTERVAL = 0.2
 
 
 class WorkerThreads:
     """``run(n)`` starts n threads running ``main(index)`` — or, with an event loop, n async
-    slots running ``main(index, slot)`` on it — and returns once all have ended.
-    ``given_up()`` names the slots the watchdog abandoned since it was last asked."""
+    slots running ``main(index, slot)`` on it — and returns once all have ended, or at once
+    when the worker must stop without waiting for them (a second stop request, or the
+    shutdown timeout): ``abandon()`` then gives them up. ``given_up()`` names the slots the
+    watchdog abandoned since it was last asked."""
 
     def __init__(
         self,
         run_state: RunState,
         main: Callable[..., None],
         given_up: Callable[[], list[Slot]],
+        abandon: Callable[[], None],
         event_loop: EventLoop | None = None,
         async_engine: AsyncEngine | None = None,
     ) -> None:
         self.run_state = run_state
         self.main = main
         self.given_up = given_up
+        self.abandon = abandon
         self.event_loop = event_loop
         self.async_engine = async_engine
 
@@ -47,6 +55,9 @@ class WorkerThreads:
             deadline = self.run_state.deadline
             if deadline is not None and time.monotonic() >= deadline:
                 self.run_state.stop()  # wakes the threads asleep until their next poll, too
+            if self._stops_now():
+                self.abandon()
+                return
             for index, thread in list(live.items()):
                 thread.join(SUPERVISE_INTERVAL / len(live))
                 if not thread.is_alive():
@@ -57,12 +68,24 @@ class WorkerThreads:
                     live[next_index] = self._start(next_index)
                     next_index += 1
 
+    def _stops_now(self) -> bool:
+        state = self.run_state
+        if state.stop_now.is_set():
+            return True
+        if state.shutdown_overdue():
+            timeout = state.shutdown_timeout
+            log.warning("running jobs did not finish within the %gs shutdown timeout", timeout)
+            state.stop(now=True)
+            return True
+        return False
+
     def _start(self, index: int) -> threading.Thread | SlotHandle:
         if self.event_loop is not None:  # a slot on the event loop
             assert self.async_engine is not None
             return start_slot(self.event_loop, self.async_engine, index, self.main)
         # Daemon threads: a live worker's threads are all joined above before run() returns;
-        # only an abandoned one (blocked in C past its timeout) is left for the exit to end.
+        # only an abandoned one (blocked in C past its timeout, or running when the worker
+        # stopped at once) is left for the exit to end.
         thread = threading.Thread(
             target=self.main, args=(index,), name=f"dbqueue-worker-{index}", daemon=True
         )

@@ -183,11 +183,36 @@ class Watchdog(Service):
         """
         with self._lock:
             slot.armed = False
+            if slot.abandoned:  # a stop at once may wait for it: see wait_unarmed()
+                self._cond.notify_all()
             if slot.deadline != math.inf or slot.fired:
                 if slot.fired:
                     _raise_in_thread(slot.thread_id, None)
                 slot.deadline = math.inf
             return slot.fired
+
+    # ---- called when the worker stops at once -------------------------------------------------
+    def abandon_all(self) -> list[Slot]:
+        """Give up every thread's slot, as on a stuck handler: from now on none of them writes
+        to the database. A running handler gets ``Abandoned`` raised in it (Python code stops
+        at once; code blocked in C, when it returns). Returns the slots (their connections are
+        still to be ended)."""
+        with self._cond:
+            slots, self._slots = self._slots, []
+            for slot in slots:
+                slot.abandoned = True
+                slot.deadline = math.inf
+                if slot.armed and not slot.fired:  # disarm() cancels it if not delivered yet
+                    slot.fired = True
+                    if slot.interrupt is None or not slot.interrupt(Abandoned):
+                        _raise_in_thread(slot.thread_id, Abandoned)
+        return slots
+
+    def wait_unarmed(self, slots: list[Slot], timeout: float) -> bool:
+        """Wait until none of ``slots`` runs a handler any more, for at most ``timeout``
+        seconds; False: some still do (blocked in C)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not any(slot.armed for slot in slots), timeout)
 
     # ---- called by the heartbeat ----------------------------------------------------------------
     def running(self) -> list[tuple[Job, float]]:

@@ -30,11 +30,16 @@ def build_app(
     prefix: str = PREFIX,
     server: str | None = None,
     async_handlers: bool = False,
+    async_slots: bool = False,
 ) -> dbqueue.App:
+    """``async_slots``: ``effect`` stays a plain handler, run on an async slot's own thread
+    (an async task is registered too, so the worker runs slots on an event loop)."""
     app = dbqueue.App(url, table_prefix=prefix, retry_base_interval=0.05, lock_server=server)
     if async_handlers:
         app.task("effect")(async_effect(sleep))
         return app
+    if async_slots:
+        app.task("async_noop")(async_noop)
 
     @app.task("effect")
     def effect(job: dbqueue.Job, session) -> str:
@@ -67,6 +72,10 @@ def wait_until(path: Path) -> None:
     deadline = time.monotonic() + 300
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+async def async_noop(job: dbqueue.Job, session) -> None:
+    return None
 
 
 def async_effect(sleep: bool):
@@ -105,12 +114,18 @@ def main() -> int:
     parser.add_argument("--prefix", default=PREFIX, help="table prefix")
     parser.add_argument("--server", help="HOST:PORT of the lock server")
     parser.add_argument("--async-handlers", action="store_true", help="effect as an async def")
+    parser.add_argument(
+        "--async-slots", action="store_true", help="a plain effect, on an async worker's slot"
+    )
+    parser.add_argument("--shutdown-timeout", type=float)
     args = parser.parse_args()
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,
         format=f"%(asctime)s {os.getpid()} %(levelname)s %(name)s: %(message)s",
     )
-    app = build_app(args.url, not args.no_sleep, args.prefix, args.server, args.async_handlers)
+    app = build_app(
+        args.url, not args.no_sleep, args.prefix, args.server, args.async_handlers, args.async_slots
+    )
     summary = app.run_worker(
         strategy=args.strategy,
         concurrency=args.concurrency,
@@ -119,6 +134,7 @@ def main() -> int:
         max_runtime=args.max_runtime,
         poll_interval=args.poll_interval,
         maintenance=not args.no_maintenance,
+        shutdown_timeout=args.shutdown_timeout,
     )
     print(f"SUMMARY succeeded={summary.succeeded} failed={summary.failed}", flush=True)
     return 0
