@@ -74,6 +74,8 @@ def test_a_schema_at_an_older_migration_names_dbqueue_migrate(database, tmp_path
         ),
         (["worker", "--burst", "--job-timeout", "0"], {}, ["job_timeout", "positive"]),
         (["worker", "--burst", "--job-timeout", "soon"], {}, ["job-timeout", "soon"]),
+        (["worker", "--burst", "--shutdown-timeout", "-1"], {}, ["shutdown_timeout", "0 or more"]),
+        (["worker", "--burst"], {"DBQUEUE_SHUTDOWN_TIMEOUT": "-1"}, ["DBQUEUE_SHUTDOWN_TIMEOUT"]),
     ],
 )
 def test_bad_names_and_values(sqlite_url, tmp_path, args, env, fragments):

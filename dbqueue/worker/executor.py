@@ -230,6 +230,8 @@ class BatchExecutor:
         'available', as if never started (``fence``: whose claim, by default this thread's).
         Best effort (the database may be what failed); what is left behind, rescue retries once
         the locks are free (or the leases end)."""
+        if self.slot is not None and self.slot.abandoned:
+            return  # its connection was ended under it (the error says so): it writes no more
         try:
             if conn.in_transaction():
                 conn.rollback()

@@ -103,3 +103,12 @@ def positive_seconds(name: str, value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ConfigurationError(f"{name}={value!r} must be a positive number of seconds")
     return float(value)
+
+
+def seconds_or_zero(name: str, value: Any) -> Any:
+    """None, or a number of seconds that may be 0 (``shutdown_timeout=0``: do not wait)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigurationError(f"{name}={value!r} must be a number of seconds, 0 or more")
+    return float(value)

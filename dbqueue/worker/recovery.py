@@ -97,32 +97,20 @@ class AbandonedThreads:
             self._given_up.put(slot)
             self.run_state.signal.wake()
 
-    def stop_at_once(self, slots: list[Slot], watchdog: Watchdog) -> None:
+    def stop_at_once(
+        self, slots: list[Slot], running: list[Slot], watchdog: Watchdog, why: str
+    ) -> None:
         """The worker stops without waiting for its running jobs (a second signal, or the
-        shutdown timeout): every thread was given up (``Watchdog.abandon_all``); end their
-        connections, so that what their jobs wrote rolls back and their claims are freed.
-        Nothing is recorded: the jobs come back by the rules for a worker that died.
+        shutdown timeout): every thread was given up (``Watchdog.abandon_all``; ``running``:
+        those in a handler); end their connections, so that what their jobs wrote rolls back
+        and their claims are freed. Nothing is recorded: the jobs come back by the rules for a
+        worker that died.
 
         Plain handlers on an async worker's slots run in a greenlet: at the interpreter's exit
         a daemon thread that wakes there is ended in a way greenlet does not survive (the
         process crashes). Those are given ``timeout_grace`` to unwind (``Abandoned`` was
         raised in them: Python code stops at once); code blocked in C may outlast it."""
-        running = [slot for slot in slots if slot.armed and slot.job is not None]
-        ids = ", ".join(str(job.id) for slot in running for job in slot.group or [slot.job])
-        if not running:
-            log.warning("stopping at once: no job was running")
-        elif self.strategy.claims_in_transaction:
-            log.warning(
-                "stopping at once: abandoning job(s) %s: their claims roll back with their "
-                "writes, so they are available again at once",
-                ids,
-            )
-        else:
-            log.warning(
-                "stopping at once: abandoning job(s) %s: their writes roll back; they stay "
-                "'running' until rescue (maintenance) finds their worker gone and retries them",
-                ids,
-            )
+        self._say_abandoned(running, why)
         for slot in running:
             self.run_state.count_abandoned_thread()
             self._thread_ids.add(slot.thread_id)
@@ -145,6 +133,26 @@ class AbandonedThreads:
                 "%d handler(s) still blocked %.1fs after the stop: the process's exit ends them",
                 blocked,
                 self.timeout_grace,
+            )
+
+    def _say_abandoned(self, running: list[Slot], why: str) -> None:
+        ids = ", ".join(str(job.id) for slot in running for job in slot.group or [slot.job])
+        if not running:
+            log.info("stopping at once (%s): no job was running", why)
+        elif self.strategy.claims_in_transaction:
+            log.warning(
+                "stopping at once (%s): abandoning job(s) %s: their claims roll back with "
+                "their writes, so they are available again at once",
+                why,
+                ids,
+            )
+        else:
+            log.warning(
+                "stopping at once (%s): abandoning job(s) %s: their writes roll back; they "
+                "stay 'running' until rescue (maintenance) finds their worker gone and retries "
+                "them",
+                why,
+                ids,
             )
 
     def _end_connection(self, slot: Slot) -> None:

@@ -29,7 +29,7 @@ from dbqueue.worker.lifecycle import Lifecycle, Starter, Stop
 from dbqueue.worker.limit_slots import prepare_slots
 from dbqueue.worker.loki import LokiShipper
 from dbqueue.worker.loop import ClaimLoop, ClaimPlan
-from dbqueue.worker.process import SignalHandlers, positive_seconds
+from dbqueue.worker.process import SignalHandlers, positive_seconds, seconds_or_zero
 from dbqueue.worker.recovery import AbandonedThreads
 from dbqueue.worker.scheduler import Scheduler
 from dbqueue.worker.settings import (
@@ -94,7 +94,7 @@ class Worker:
         self.log_jobs = (
             app_settings.log_jobs if settings.log_jobs is None else bool(settings.log_jobs)
         )
-        self.shutdown_timeout = positive_seconds(
+        self.shutdown_timeout = seconds_or_zero(
             "shutdown_timeout",
             app_settings.shutdown_timeout
             if settings.shutdown_timeout is None
@@ -269,7 +269,7 @@ class Worker:
             self.run_state,
             claim_loop.thread_main,
             abandoned.given_up,
-            lambda: abandoned.stop_at_once(watchdog.abandon_all(), watchdog),
+            lambda why: abandoned.stop_at_once(*watchdog.abandon_all(), watchdog, why),
             self.event_loop,
             self.async_engine,
         )

@@ -13,7 +13,7 @@ from dbqueue.config import MaintenanceSettings
 from dbqueue.errors import ConfigurationError
 from dbqueue.worker.heartbeat import DEFAULT_HEARTBEAT_INTERVAL
 from dbqueue.worker.leased import MIN_BEATS_PER_LEASE
-from dbqueue.worker.process import positive_int, positive_seconds
+from dbqueue.worker.process import positive_int, positive_seconds, seconds_or_zero
 from dbqueue.worker.watchdog import CANCEL_NOTICE, DEFAULT_TIMEOUT_GRACE
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class WorkerSettings:
     install_signal_handlers: SIGTERM/SIGINT stop the worker gracefully, a second one at once
     (main thread only). shutdown_timeout: seconds a stop (a signal, ``worker.stop()``,
     ``max_runtime``) waits for running jobs before it stops at once, as a second signal does
-    (default DBQUEUE_SHUTDOWN_TIMEOUT, else as long as they run).
+    (0: no wait; default DBQUEUE_SHUTDOWN_TIMEOUT, else as long as they run).
     name: how the worker is known (default ``host:pid``). lease_seconds: how long a job run
     outside its claim's transaction (``@app.task(transaction=False)``) stays this worker's
     without a heartbeat: the heartbeat moves it on; rescue retries a job whose lease ended
@@ -101,6 +101,7 @@ class WorkerSettings:
             "concurrency": positive_int("concurrency", self.concurrency),
             "batch_size": positive_int("batch_size", self.batch_size),
             "max_jobs": None if self.max_jobs is None else positive_int("max_jobs", self.max_jobs),
+            "shutdown_timeout": seconds_or_zero("shutdown_timeout", self.shutdown_timeout),
         }
         for seconds in (
             "max_runtime",
@@ -111,7 +112,6 @@ class WorkerSettings:
             "cancel_notice",
             "heartbeat_interval",
             "lease_seconds",
-            "shutdown_timeout",
         ):
             checked[seconds] = positive_seconds(seconds, getattr(self, seconds))
         for option, value in checked.items():

@@ -3,7 +3,6 @@ when the watchdog gives one up while the worker runs on."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -16,8 +15,6 @@ from dbqueue.worker.watchdog import Slot
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-log = logging.getLogger("dbqueue.worker")
-
 #: How often the supervising thread looks at its threads, the max-runtime deadline and the
 #: shutdown timeout.
 SUPERVISE_INTERVAL = 0.2
@@ -27,7 +24,7 @@ class WorkerThreads:
     """``run(n)`` starts n threads running ``main(index)`` — or, with an event loop, n async
     slots running ``main(index, slot)`` on it — and returns once all have ended, or at once
     when the worker must stop without waiting for them (a second stop request, or the
-    shutdown timeout): ``abandon()`` then gives them up. ``given_up()`` names the slots the
+    shutdown timeout): ``abandon(why)`` then gives them up. ``given_up()`` names the slots the
     watchdog abandoned since it was last asked."""
 
     def __init__(
@@ -35,7 +32,7 @@ class WorkerThreads:
         run_state: RunState,
         main: Callable[..., None],
         given_up: Callable[[], list[Slot]],
-        abandon: Callable[[], None],
+        abandon: Callable[[str], None],
         event_loop: EventLoop | None = None,
         async_engine: AsyncEngine | None = None,
     ) -> None:
@@ -55,8 +52,9 @@ class WorkerThreads:
             deadline = self.run_state.deadline
             if deadline is not None and time.monotonic() >= deadline:
                 self.run_state.stop()  # wakes the threads asleep until their next poll, too
-            if self._stops_now():
-                self.abandon()
+            why = self._stops_now()
+            if why is not None:
+                self.abandon(why)
                 return
             for index, thread in list(live.items()):
                 thread.join(SUPERVISE_INTERVAL / len(live))
@@ -68,16 +66,15 @@ class WorkerThreads:
                     live[next_index] = self._start(next_index)
                     next_index += 1
 
-    def _stops_now(self) -> bool:
+    def _stops_now(self) -> str | None:
+        """Why the worker stops without waiting for its running jobs, if it does."""
         state = self.run_state
         if state.stop_now.is_set():
-            return True
+            return "as asked"
         if state.shutdown_overdue():
-            timeout = state.shutdown_timeout
-            log.warning("running jobs did not finish within the %gs shutdown timeout", timeout)
             state.stop(now=True)
-            return True
-        return False
+            return f"its {state.shutdown_timeout:g}s shutdown timeout ran out"
+        return None
 
     def _start(self, index: int) -> threading.Thread | SlotHandle:
         if self.event_loop is not None:  # a slot on the event loop

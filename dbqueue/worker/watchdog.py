@@ -192,13 +192,14 @@ class Watchdog(Service):
             return slot.fired
 
     # ---- called when the worker stops at once -------------------------------------------------
-    def abandon_all(self) -> list[Slot]:
+    def abandon_all(self) -> tuple[list[Slot], list[Slot]]:
         """Give up every thread's slot, as on a stuck handler: from now on none of them writes
         to the database. A running handler gets ``Abandoned`` raised in it (Python code stops
-        at once; code blocked in C, when it returns). Returns the slots (their connections are
-        still to be ended)."""
+        at once; code blocked in C, when it returns). Returns every slot (their connections are
+        still to be ended), and those whose handler was running."""
         with self._cond:
             slots, self._slots = self._slots, []
+            running = [slot for slot in slots if slot.armed and slot.job is not None]
             for slot in slots:
                 slot.abandoned = True
                 slot.deadline = math.inf
@@ -206,7 +207,7 @@ class Watchdog(Service):
                     slot.fired = True
                     if slot.interrupt is None or not slot.interrupt(Abandoned):
                         _raise_in_thread(slot.thread_id, Abandoned)
-        return slots
+        return slots, running
 
     def wait_unarmed(self, slots: list[Slot], timeout: float) -> bool:
         """Wait until none of ``slots`` runs a handler any more, for at most ``timeout``

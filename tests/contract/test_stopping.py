@@ -7,9 +7,11 @@ says so: whether the worker waited for it, or stopped without it, never depends 
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
+DBQUEUE = str(Path(sys.executable).parent / "dbqueue")
 #: The worker's last line (dbqueue.worker's), before the test process prints its summary.
 STOPPED = re.compile(r"INFO dbqueue\.worker: worker \S+ stopped: ")
 
@@ -120,7 +123,54 @@ def test_the_shutdown_timeout_stops_a_worker_whose_job_never_ends(async_database
     finally:
         if worker.poll() is None:
             worker.kill()
-    text = log.read_text()
-    assert "did not finish within the 0.5s shutdown timeout" in text
-    assert f"abandoning job(s) {job_id}:" in text
+    assert f"(its 0.5s shutdown timeout ran out): abandoning job(s) {job_id}:" in log.read_text()
     assert effect_rows(database) == []
+
+
+BLOCKED_APP = """
+import time
+from pathlib import Path
+
+import dbqueue
+
+app = dbqueue.App()
+
+
+@app.task("blocked")
+def blocked(job, session):
+    Path(job.payload["started_file"]).write_text("")
+    time.sleep(600)  # in C: the exception a stop at once raises in the thread waits for it
+
+
+@app.task("idle")  # an async task: the worker runs its jobs on slots of an event loop
+async def idle(job, session):
+    return None
+"""
+
+
+def test_the_command_exits_after_its_stopped_line_with_a_handler_blocked_in_c(postgresql, tmp_path):
+    """``dbqueue worker --shutdown-timeout``: the handler (plain, on an async worker's slot)
+    never returns; the command says it stopped, and its process ends then."""
+    (tmp_path / "blocked_app.py").write_text(BLOCKED_APP)
+    app = postgresql.app()
+    started = tmp_path / "started"
+    job_id = app.enqueue(None, "blocked", {"started_file": str(started)})
+    log = tmp_path / "worker.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DBQUEUE_", "DB_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    command = [DBQUEUE, "worker", "--url", postgresql.url, "--table-prefix", postgresql.prefix]
+    options = ["--app", "blocked_app:app", "--no-maintenance", "--shutdown-timeout", "0.5"]
+    worker = subprocess.Popen(
+        [*command, *options], cwd=tmp_path, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
+    )
+    try:
+        wait_for(started.exists, 60, "the handler to start", log)
+        signalled(worker, log, "for at most 0.5s (the shutdown timeout)")
+        assert exits_after_saying_so(worker, log) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    text = log.read_text()
+    assert "1 handler(s) still blocked" in text and "Fatal Python error" not in text, text
+    assert text.rstrip().endswith("worker stopped: 0 succeeded, 0 failed"), text
+    assert app.get_job(job_id)["status"] == "available"  # its claim rolled back
