@@ -136,7 +136,8 @@ class AbandonedThreads:
             )
 
     def _say_abandoned(self, running: list[Slot], why: str) -> None:
-        ids = ", ".join(str(job.id) for slot in running for job in slot.group or [slot.job])
+        jobs = [job for slot in running for job in slot.group or ([slot.job] if slot.job else [])]
+        ids = ", ".join(str(job.id) for job in jobs)
         if not running:
             log.info("stopping at once (%s): no job was running", why)
         elif self.strategy.claims_in_transaction:

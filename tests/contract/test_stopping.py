@@ -12,11 +12,12 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import test_processes as processes
-from support.backends import effect_rows
+from support.backends import effect_rows, effects
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -125,6 +126,37 @@ def test_the_shutdown_timeout_stops_a_worker_whose_job_never_ends(async_database
             worker.kill()
     assert f"(its 0.5s shutdown timeout ran out): abandoning job(s) {job_id}:" in log.read_text()
     assert effect_rows(database) == []
+
+
+def test_stop_now_from_another_thread_abandons_the_running_handler(database):
+    """``worker.stop(now=True)``, in-process: run() returns while the handler runs (it is
+    interrupted: Abandoned stops its Python code), and none of its writes is kept."""
+    app = database.app()
+    started, release = threading.Event(), threading.Event()
+
+    @app.task("waits")
+    def waits(job, session):
+        session.execute(effects.insert().values(job_id=job.id, note="abandoned"))
+        session.flush()
+        started.set()
+        while not release.wait(0.01):  # Python code between waits: Abandoned reaches it
+            pass
+
+    job_id = app.enqueue(None, "waits")
+    worker = app.worker(install_signal_handlers=False, poll_interval=0.02, maintenance=False)
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    try:
+        assert started.wait(60), "the handler never started"
+        worker.stop(now=True)
+        runner.join(60)
+        assert not runner.is_alive(), "run() did not return"
+    finally:
+        release.set()
+    assert worker.summary.abandoned_threads == 1 and worker.summary.processed == 0
+    assert effect_rows(database) == []
+    expected = "running" if database.commits_claims else "available"
+    assert app.get_job(job_id)["status"] == expected
 
 
 BLOCKED_APP = """
