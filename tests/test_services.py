@@ -250,6 +250,7 @@ def test_a_worker_starts_its_services_in_its_declared_order_and_stops_them_in_re
 
     assert worker.lifecycle.names == [
         "log shipper",
+        "last line",
         "tenant databases",
         "event loop",
         "engine",

@@ -111,6 +111,8 @@ class Worker:
 
     def _init_parts(self) -> None:
         """What a run starts: nothing yet until it runs."""
+        #: The threads ran and ended (the run was not cut short by an error).
+        self._ended = False
         self.log_shipper: LokiShipper | None = None
         self.async_engine: AsyncEngine | None = None
         self.event_loop: EventLoop | None = None
@@ -130,10 +132,12 @@ class Worker:
         order, what started. The heartbeat starts last, so that its registry row goes first
         (the worker runs nothing more); the job log writer stops next, after the threads ended,
         to write their last records. The engines, the event loop and the tenants' databases
-        outlive all that uses them; the log shipper is there from the first record to the last.
+        outlive all that uses them; the log shipper is there from the first record to the last,
+        the worker's "stopped" line, said once every other part has stopped.
         """
         return [
             ("log shipper", self._start_log_shipper),
+            ("last line", self._last_line),
             ("tenant databases", self._tenant_databases),
             ("event loop", self._start_event_loop),
             ("engine", self._open_engine),
@@ -203,16 +207,7 @@ class Worker:
                 self.lifecycle.stop()
         if self.run_state.fatal is not None:
             raise self.run_state.fatal
-        summary = self.summary
-        # The last line: nothing of the worker runs after it (an abandoned thread is a daemon).
-        log.info(
-            "worker %s stopped: %d succeeded, %d failed, %d cancelled",
-            self.name,
-            summary.succeeded,
-            summary.failed,
-            summary.cancelled,
-        )
-        return summary
+        return self.summary
 
     def _run(self) -> None:
         hooks = self.context.registry.hooks
@@ -220,12 +215,13 @@ class Worker:
         started = False
         try:
             self.lifecycle.start()
-            self._say_started()
+            _say_started(self)
             hooks.worker_started(self)
             started = True
             if self.options.max_runtime is not None:
                 self.run_state.deadline = time.monotonic() + self.options.max_runtime
             self._threads().run(self.concurrency)
+            self._ended = True
         except Exception as exc:
             hooks.report(exc, self)
             raise
@@ -274,23 +270,17 @@ class Worker:
             self.async_engine,
         )
 
-    def _say_started(self) -> None:
-        assert self.strategy is not None and self.notifier is not None
-        log.info(
-            "worker %s on %s: strategy %s, queues %s, concurrency %d, %s",
-            self.name,
-            self.strategy.dialect.server_description,
-            self.strategy.name,
-            ", ".join(self.queues),
-            self.concurrency,
-            self.notifier.wake_mode,
-        )
-
     # ---- the parts, in their start order ------------------------------------------------------
     def _start_log_shipper(self) -> Stop | None:
         """With GRAFANA_URL, the run's log records go to Loki."""
         self.log_shipper = LokiShipper.from_settings(self.context.settings)
         return None if self.log_shipper is None else self.log_shipper.start().stop
+
+    def _last_line(self) -> Stop:
+        """The worker's last line, once the run ended (not on an error) and its parts stopped:
+        nothing of the worker runs after it (a thread still blocked in an abandoned handler
+        is a daemon)."""
+        return lambda: _say_stopped(self)
 
     def _tenant_databases(self) -> Stop | None:
         tenants = self.context.tenants
@@ -456,3 +446,29 @@ class Worker:
             leases=self.leases,
         )
         return self.heartbeat.start().stop
+
+
+def _say_started(worker: Worker) -> None:
+    assert worker.strategy is not None and worker.notifier is not None
+    log.info(
+        "worker %s on %s: strategy %s, queues %s, concurrency %d, %s",
+        worker.name,
+        worker.strategy.dialect.server_description,
+        worker.strategy.name,
+        ", ".join(worker.queues),
+        worker.concurrency,
+        worker.notifier.wake_mode,
+    )
+
+
+def _say_stopped(worker: Worker) -> None:
+    if not worker._ended or worker.run_state.fatal is not None:
+        return
+    summary = worker.summary
+    log.info(
+        "worker %s stopped: %d succeeded, %d failed, %d cancelled",
+        worker.name,
+        summary.succeeded,
+        summary.failed,
+        summary.cancelled,
+    )
