@@ -10,7 +10,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from dbqueue.job import Job
 from dbqueue.strategies.base import Fence
@@ -157,19 +157,22 @@ class AbandonedThreads:
             )
 
     def _end_connection(self, slot: Slot) -> None:
-        try:
-            fairy = getattr(slot.connection, "connection", None) if slot.connection else None
-        except Exception:  # closed already: nothing of it is left to end
+        conn = slot.connection
+        if conn is None or _closed(conn):  # its thread closed it already: nothing to end
             return
-        dbapi_connection = getattr(fairy, "dbapi_connection", None)
+        try:
+            dbapi_connection = getattr(conn.connection, "dbapi_connection", None)
+        except Exception:  # closed meanwhile
+            return
         if dbapi_connection is None:
             return
         try:
             ended = self.strategy.dialect.end_connection(self.engine, dbapi_connection)
         except Exception as exc:
-            log.warning("could not end the stuck thread's connection: %s", _first_line(exc))
+            if not _closed(conn):
+                log.warning("could not end the stuck thread's connection: %s", _first_line(exc))
             return
-        if not ended:
+        if not ended and not _closed(conn):
             log.warning(
                 "%s cannot end another connection: the stuck job's claim is held until its "
                 "handler returns",
@@ -226,3 +229,8 @@ class AbandonedThreads:
             self.run_state.count_recorded(cancelled=changed)
         else:
             self.run_state.count_recorded(failed=changed)
+
+
+def _closed(conn: Connection) -> bool:
+    """The thread that held the connection has closed it (or dropped it after an error)."""
+    return bool(conn.closed or conn.invalidated)
