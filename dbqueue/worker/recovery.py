@@ -136,25 +136,25 @@ class AbandonedThreads:
             )
 
     def _say_abandoned(self, running: list[Slot], why: str) -> None:
-        jobs = [job for slot in running for job in slot.group or ([slot.job] if slot.job else [])]
-        ids = ", ".join(str(job.id) for job in jobs)
+        """One line: which jobs were abandoned, and how each comes back."""
         if not running:
             log.info("stopping at once (%s): no job was running", why)
-        elif self.strategy.claims_in_transaction:
-            log.warning(
-                "stopping at once (%s): abandoning job(s) %s: their claims roll back with "
-                "their writes, so they are available again at once",
-                why,
-                ids,
+            return
+        committed = [s for s in running if s.leased or not self.strategy.claims_in_transaction]
+        rolled = [slot for slot in running if slot not in committed]
+        fates = []
+        if rolled:
+            fates.append(
+                f"job(s) {_ids(rolled)}: their claims roll back with their writes, so they are "
+                "available again at once"
             )
-        else:
-            log.warning(
-                "stopping at once (%s): abandoning job(s) %s: their writes roll back; they "
-                "stay 'running' until rescue (maintenance) finds their worker gone and retries "
-                "them",
-                why,
-                ids,
+        if committed:
+            fates.append(
+                f"job(s) {_ids(committed)}: their writes roll back; they stay 'running' until "
+                "rescue (maintenance) finds their worker gone (its locks free, or their leases "
+                "ended) and retries them"
             )
+        log.warning("stopping at once (%s): abandoning %s", why, "; ".join(fates))
 
     def _end_connection(self, slot: Slot) -> None:
         conn = slot.connection
@@ -234,3 +234,9 @@ class AbandonedThreads:
 def _closed(conn: Connection) -> bool:
     """The thread that held the connection has closed it (or dropped it after an error)."""
     return bool(conn.closed or conn.invalidated)
+
+
+def _ids(slots: list[Slot]) -> str:
+    """The ids of the jobs whose handler calls the slots were running."""
+    jobs = [job for slot in slots for job in slot.group or ([slot.job] if slot.job else [])]
+    return ", ".join(str(job.id) for job in jobs)
