@@ -150,9 +150,9 @@ class AbandonedThreads:
             )
         if committed:
             fates.append(
-                f"job(s) {_ids(committed)}: their writes roll back; they stay 'running' until "
-                "rescue (maintenance) finds their worker gone (its locks free, or their leases "
-                "ended) and retries them"
+                f"job(s) {_ids(committed)}: their uncommitted writes roll back; they stay "
+                "'running' until rescue (maintenance) finds their worker gone (its locks free, "
+                "or their leases ended) and retries them"
             )
         log.warning("stopping at once (%s): abandoning %s", why, "; ".join(fates))
 
