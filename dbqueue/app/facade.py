@@ -125,7 +125,7 @@ class App:
         self._cancellation = Cancellation(context)
         self._subscriptions = SubscriptionCalls(context)
         self._jobs = JobLookup(context)
-        self._morgue = MorgueCalls(context)
+        self._morgue = MorgueCalls(context, waker)
         self._monitoring = Monitoring(context)
         self._maintenance = MaintenanceCalls(context)
 

@@ -11,6 +11,7 @@ from dbqueue.errors import ConfigurationError
 from dbqueue.runtime.targets import Target, connection_for, write_target
 
 if TYPE_CHECKING:
+    from dbqueue.runtime.commit_wake import CommitWaker
     from dbqueue.runtime.context import RuntimeContext
 
 #: ``order_by`` values of ``dead_jobs``: the newest death first, or the oldest job first.
@@ -38,8 +39,10 @@ def _ids(ids: Sequence[int], call: str) -> list[int]:
 class MorgueCalls:
     """Lists, requeues and deletes dead jobs."""
 
-    def __init__(self, context: RuntimeContext) -> None:
+    def __init__(self, context: RuntimeContext, waker: CommitWaker) -> None:
         self.context = context
+        #: Wakes the workers (of this process, and through the lock server) after a requeue.
+        self._waker = waker
 
     def dead_jobs(
         self,
@@ -98,8 +101,14 @@ class MorgueCalls:
                 "filter acts on every dead job it matches)"
             )
         chosen = None if ids is None else _ids(ids, action)
+        queues: list[str] = []
         with connection_for(write_target(target_or_engine(self.context, target))) as conn:
             engine = self.context.queue_engine(conn)
             if chosen is None:
                 chosen = engine.morgue.dead_ids(conn, queue, task)
-            return getattr(engine.morgue, action)(conn, chosen) if chosen else []
+            done: list[int] = getattr(engine.morgue, action)(conn, chosen) if chosen else []
+            if done and action == "requeue_dead":
+                queues = engine.morgue.announce_requeued(conn, done)
+        if queues:  # due now: idle workers look at once, not at their next poll
+            self._waker.after_commit(target, queues)
+        return done

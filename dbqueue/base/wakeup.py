@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -18,18 +21,37 @@ class WakeSignal:
     same job); stop() wakes them all.
 
     A generation counter closes the race between "the claim found nothing" and "start
-    waiting": a wake that lands in between makes the wait return at once.
+    waiting": a wake that lands in between makes the wait return at once. ``replan()`` ends
+    only the waits that asked for it (the idle poller's, given the ``replans`` count it
+    planned with): its sleep was planned on due times that have changed, and nothing is
+    runnable yet, so the others sleep on.
     """
 
     def __init__(self) -> None:
         self._condition = threading.Condition()
         self._generation = 0
+        self._replans = 0
         #: Waiters on an event loop (an async worker's slots): (loop, future) each.
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        #: Those of them that a replan ends too.
+        self._replan_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     @property
     def generation(self) -> int:
         return self._generation
+
+    @property
+    def replans(self) -> int:
+        return self._replans
+
+    def replan(self) -> None:
+        """End the waits planned before now on due times (``wait(…, replans=…)``)."""
+        with self._condition:
+            self._replans += 1
+            woken, self._replan_waiters = self._replan_waiters, []
+            for loop, future in woken:
+                loop.call_soon_threadsafe(_resolve, future)
+            self._condition.notify_all()  # the others see no change of theirs and sleep on
 
     def wake(self, everyone: bool = False) -> None:
         with self._condition:
@@ -44,35 +66,60 @@ class WakeSignal:
             elif not woken:
                 self._condition.notify()
 
-    def wait(self, seen: int, timeout: float) -> bool:
-        """Sleep up to ``timeout`` unless woken since generation ``seen``; True if woken."""
+    def wait(self, seen: int, timeout: float, replans: int | None = None) -> bool:
+        """Sleep up to ``timeout`` unless woken since generation ``seen`` (or, given
+        ``replans``, replanned since); True if woken."""
+        deadline = time.monotonic() + timeout
         with self._condition:
-            if self._generation == seen:
-                self._condition.wait(timeout)
+            while self._generation == seen and replans in (None, self._replans):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._condition.wait(left)
             return self._generation != seen
 
-    async def wait_async(self, seen: int, timeout: float) -> bool:
+    async def wait_async(self, seen: int, timeout: float, replans: int | None = None) -> bool:
         """``wait`` for a coroutine on an event loop: the loop goes on running others."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
+        waiter = (loop, future)
         with self._condition:
-            if self._generation != seen:
-                return True
-            self._waiters.append((loop, future))
+            if self._generation != seen or replans not in (None, self._replans):
+                return self._generation != seen
+            self._waiters.append(waiter)
+            if replans is not None:
+                self._replan_waiters.append(waiter)
         try:
             await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
             pass
         finally:
             with self._condition:
-                if (loop, future) in self._waiters:
-                    self._waiters.remove((loop, future))
+                for waiters in (self._waiters, self._replan_waiters):
+                    if waiter in waiters:
+                        waiters.remove(waiter)
         return self._generation != seen
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+class LocalWorkers(weakref.WeakSet[Any]):
+    """The workers running in this process: its enqueues, requeues and retries tell them
+    directly, without waiting for a push or a poll."""
+
+    def wake(self, early: bool = False) -> None:
+        """Work is runnable (``early``: once the commit that is under way ends)."""
+        for worker in list(self):
+            worker.wake(early=early)
+
+    def due_in(self, seconds: float | None) -> None:
+        """A job falls due in ``seconds`` (None: none does, e.g. a failure that killed it)."""
+        if seconds is not None:
+            for worker in list(self):
+                worker.due_in(seconds)
 
 
 class Notifier:

@@ -467,6 +467,13 @@ def jobs_announce_finished(t: QueueTables, d: Dialect) -> Any:
     return False if found is None else found
 
 
+def jobs_announce_runnable(t: QueueTables, d: Dialect) -> Any:
+    """Wake the workers listening on the ``:channel`` for the queue ``:message`` (what the insert
+    trigger sends), when the transaction commits; False where the database cannot push."""
+    found = d.announcement()
+    return False if found is None else found
+
+
 # ---- jobs: inserts ------------------------------------------------------------------------------
 def _with_times(t: QueueTables, d: Dialect, stmt: sa.Insert, timing: str) -> sa.Insert:
     """Where the DDL defaults cannot be the UTC clock, write it explicitly."""
@@ -737,6 +744,12 @@ def jobs_dead_among_locked(t: QueueTables, d: Dialect, ids: Sequence[int]) -> sa
     return (
         sa.select(j.c.id).where(j.c.id.in_(list(ids)), j.c.status == Status.DEAD).with_for_update()
     )
+
+
+def jobs_queues_of(t: QueueTables, d: Dialect, ids: Sequence[int]) -> sa.Select:
+    """The queues these jobs are in, each once."""
+    j = t.jobs
+    return sa.select(j.c.queue).where(j.c.id.in_(list(ids))).distinct()
 
 
 def jobs_delete_dead(t: QueueTables, d: Dialect, ids: Sequence[int]) -> sa.Delete:

@@ -79,3 +79,13 @@ class Morgue:
             if found:
                 self.keys.join_lines(conn, found)  # keyed ones go to the back of their line
         return sorted(int(i) for i in found)
+
+    def announce_requeued(self, conn: Connection, ids: Sequence[int]) -> list[str]:
+        """Wake the workers of the requeued jobs' queues when the transaction commits, where
+        the database pushes (no insert's trigger does it); returns those queues."""
+        queues: set[str] = set()
+        with self.sql.translate_errors():
+            for chunk in _chunks(ids):
+                queues.update(conn.execute(self.sql.new(catalog.jobs_queues_of, chunk)).scalars())
+            self.sql.announce_runnable(conn, sorted(queues))
+        return sorted(queues)

@@ -77,6 +77,15 @@ class Statements:
                 conn, {"channel": channel, "message": finished_notice(job_ids)}
             )
 
+    def announce_runnable(self, conn: Connection, queues: Sequence[str]) -> None:
+        """Wake the workers of these queues once the transaction commits, as an insert does,
+        where the database can push (PostgreSQL: a NOTIFY); elsewhere they poll."""
+        stmt = self(catalog.jobs_announce_runnable)
+        if stmt is not False:
+            channel = self.tables.names.qualified_jobs
+            for queue in queues:
+                conn.execute(stmt, {"channel": channel, "message": queue})
+
     def translate_errors(self) -> TranslateErrors:
         return TranslateErrors(self.tables, self.dialect)
 

@@ -58,8 +58,7 @@ class CommitWaker:
     def _wake(
         self, hints: LockServerClient | None, queues: Sequence[str], early: bool = False
     ) -> None:
-        for worker in list(self.context.local_workers):
-            worker.wake(early=early)
+        self.context.local_workers.wake(early)
         if hints is not None:
             hints.hint(queues)  # never blocks: dropped or kept for later without a connection
 

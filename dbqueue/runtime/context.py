@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 from dbqueue import dialects, strategies
 from dbqueue.base import payload as payload_codec
 from dbqueue.base.identifiers import check_queue_name
-from dbqueue.base.wakeup import Notifier
+from dbqueue.base.wakeup import LocalWorkers, Notifier
 from dbqueue.config import MaintenanceSettings, Settings, redact
 from dbqueue.engine import QueueEngine
 from dbqueue.engine.cancels import RequestStore, request_store
@@ -71,7 +71,7 @@ class RuntimeContext:
         backoff: Backoff | None = None,
         registry: TaskRegistry | None = None,
         environ: Mapping[str, str] | None = None,
-        local_workers: weakref.WeakSet[Any] | None = None,
+        local_workers: LocalWorkers | None = None,
         instruments: Instruments | None = None,
         tenant_databases: TenantSource | None = None,
         tenants: TenantDatabases | None = None,
@@ -97,10 +97,9 @@ class RuntimeContext:
         #: Runs deliveries no code is registered for: calls to the subscription's url.
         self.webhooks = WebhookHandler(self.subscriptions, self.webhook_sender)
         self.maintenance_settings = MaintenanceSettings.from_settings(settings)
-        #: Workers running in this process: a local enqueue wakes them when it commits.
-        self.local_workers: weakref.WeakSet[Any] = (
-            local_workers if local_workers is not None else weakref.WeakSet()
-        )
+        #: Workers running in this process: a local enqueue wakes them when it commits, a
+        #: retry scheduled here tells them when it falls due.
+        self.local_workers = local_workers if local_workers is not None else LocalWorkers()
         #: The tenants' databases (``App(tenant_databases=…)`` / MULTI_DATABASE), or None.
         self.tenants = (
             tenants

@@ -62,8 +62,8 @@ class Waits:
         self.stopping = stopping
         self.stop_event = stop_event
 
-    def signal(self, signal: Any, seen: int, timeout: float) -> bool:
-        return bool(signal.wait(seen, timeout))
+    def signal(self, signal: Any, seen: int, timeout: float, replans: int | None = None) -> bool:
+        return bool(signal.wait(seen, timeout, replans))
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
@@ -74,8 +74,8 @@ class Waits:
 
 
 class LoopWaits(Waits):
-    def signal(self, signal: Any, seen: int, timeout: float) -> bool:
-        return bool(await_(signal.wait_async(seen, timeout)))
+    def signal(self, signal: Any, seen: int, timeout: float, replans: int | None = None) -> bool:
+        return bool(await_(signal.wait_async(seen, timeout, replans)))
 
     def sleep(self, seconds: float) -> None:
         await_(asyncio.sleep(seconds))

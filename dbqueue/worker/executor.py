@@ -69,6 +69,7 @@ class BatchExecutor:
     ) -> None:
         self.registry = context.registry
         self.policy = context.retry_policy
+        self.local_workers = context.local_workers
         self.strategy = strategy
         self.worker_id = worker_id
         #: What this thread's outcomes must find in their jobs' rows (its claims' fence).
@@ -407,6 +408,7 @@ class BatchExecutor:
         ``error``: the attempt's entry in the job's errors (None: ``message``, no traceback)."""
         failure = self.policy.failure(job, message, requested, error)
         failed = engine.outcomes.fail(conn, job, fence, failure)
+        self.local_workers.due_in(failure.retry_in)  # an idle poller sleeps no longer than that
         if failed.dead_letter_id is not None and self.on_dead_letter is not None:
             self.on_dead_letter(failed.dead_letter_id)
         first_line = message.splitlines()[0] if message else ""

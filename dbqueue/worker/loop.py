@@ -6,7 +6,9 @@ and the run of what it got, in the transactions the strategy's kind of claim nee
 from __future__ import annotations
 
 import logging
+import math
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -69,6 +71,7 @@ class _ThreadState:
     batch: int = 1
     recheck: float = EARLY_WAKE_LAST * 2  # no early wake pending
     polling: bool = False  # this thread is the idle poller
+    woken: bool = False  # its last idle wait ended with a wake-up
     slots_full: bool = False  # the last round found a limited queue's slots all taken
 
 
@@ -206,39 +209,68 @@ class ClaimLoop:
             self.run_state.idle_poller.release()
         if claimed >= state.batch:  # a full batch: there may be more, wake a helper
             self.run_state.signal.wake()
+        state.woken = False
         fast = seconds / claimed < FAST_JOB_SECONDS
         state.batch = min(self.plan.batch_size, state.batch * 2) if fast else 1
         state.idle = self.plan.min_poll_interval
 
     def _wait_idle(self, state: _ThreadState, seen: int) -> None:
-        """Nothing to claim: one idle thread polls for all, the others wait for it (or a push)."""
+        """Nothing to claim: one idle thread polls for all, the others wait for it (or a push).
+        A wake-up that found nothing may have been for a job due later: the poller looks."""
         state.batch = 1
-        state.polling = state.polling or self.run_state.idle_poller.acquire(blocking=False)
+        run_state = self.run_state
+        if state.woken:
+            run_state.look_again()
+        state.polling = state.polling or run_state.idle_poller.acquire(blocking=False)
         if state.slots_full:  # look again soon, as a database without push wake-ups would
             state.idle = min(state.idle, SLOTS_FULL_POLL)
         if state.polling:
-            assert state.conn is not None
-            timeout = self._idle_timeout(state.conn, state.idle)
-            if state.recheck <= EARLY_WAKE_LAST:
-                timeout, state.recheck = min(timeout, state.recheck), state.recheck * 2
+            woken = self._poll_wait(state, seen)
         else:
             timeout = max(FOLLOWER_WAIT, self.plan.poll_interval)
-        woken = state.waits.signal(self.run_state.signal, seen, timeout)
+            woken = state.waits.signal(run_state.signal, seen, timeout)
+        state.woken = woken
         poll_interval = self.plan.poll_interval
         state.idle = self.plan.min_poll_interval if woken else min(state.idle * 2, poll_interval)
 
-    def _idle_timeout(self, conn: Connection, idle: float) -> float:
-        """Where inserts push wake-ups, sleep no longer than until the next scheduled job:
-        nothing else would wake the worker for it."""
-        if not self.notifier.pushes or idle < SHORT_SLEEP:
-            return idle
+    def _poll_wait(self, state: _ThreadState, seen: int) -> bool:
+        """The idle poller's sleep: until a wake-up, its poll, or the next job falls due —
+        planned again whenever this process learns of an earlier due time (a retry it
+        scheduled, a wake-up that found nothing). True if woken."""
+        assert state.conn is not None
+        signal = self.run_state.signal
+        self.run_state.forget_passed(time.monotonic())
+        timeout = state.idle
+        # Where inserts push wake-ups nothing else would wake the worker for a job due later;
+        # an early wake-up's enqueue may have been one.
+        ask = self.notifier.pushes and state.idle >= SHORT_SLEEP
+        if state.recheck <= EARLY_WAKE_LAST:
+            ask, timeout, state.recheck = True, min(timeout, state.recheck), state.recheck * 2
+        until = time.monotonic() + timeout
+        while True:
+            replans = signal.replans
+            until = min(until, self._next_due(state.conn, ask))
+            left = max(0.0, until - time.monotonic())
+            if state.waits.signal(signal, seen, left, replans):
+                return True
+            if signal.replans == replans:
+                return False
+            ask = False
+
+    def _next_due(self, conn: Connection, ask: bool) -> float:
+        """When the next job falls due (monotonic; infinity: none known): the earliest this
+        process scheduled, and the database's when ``ask`` or something changed."""
+        known, changed = self.run_state.next_due()
+        soonest = math.inf if known is None else known
+        if not (ask or changed):
+            return soonest
         try:
             due = self.context.queue_engine(conn).queries.next_due_in(conn, self.plan.queues)
             conn.rollback()
         except Exception:  # only an optimisation: fall back to the poll interval
             log.debug("could not read the next due time", exc_info=True)
-            return idle
-        return idle if due is None else min(idle, due + 0.001)
+            return soonest
+        return soonest if due is None else min(soonest, time.monotonic() + due + 0.001)
 
     def _round(
         self, state: _ThreadState, conn: Connection, executor: BatchExecutor
@@ -312,14 +344,39 @@ class ClaimLoop:
                     pause=lambda seconds: state.waits.backoff(self.run_state.signal, seconds),
                 )
 
-            return claim_and_run(executor, conn, engine, claim, lambda: self.run_state.stopping)
+            return claim_and_run(
+                executor, conn, engine, self._handing_over(state, claim), self._stopping
+            )
         return claim_and_run(
             executor,
             conn,
             engine,
-            lambda: self._claim_limited(conn, engine, queue, limit, slots, state, worker_id),
-            lambda: self.run_state.stopping,
+            self._handing_over(
+                state,
+                lambda: self._claim_limited(conn, engine, queue, limit, slots, state, worker_id),
+            ),
+            self._stopping,
         )
+
+    def _stopping(self) -> bool:
+        return self.run_state.stopping
+
+    def _handing_over(
+        self, state: _ThreadState, claim: Callable[[], list[Job]]
+    ) -> Callable[[], list[Job]]:
+        """``claim``, after which the idle poller that got jobs hands its role over before
+        running them: held through a long job, it would leave the other idle threads asleep
+        until their safety net, blind to the due times it no longer watches."""
+
+        def claim_and_hand_over() -> list[Job]:
+            jobs = claim()
+            if jobs and state.polling:
+                state.polling = False
+                self.run_state.idle_poller.release()
+                self.run_state.signal.wake()  # an idle thread (if any) takes the role
+            return jobs
+
+        return claim_and_hand_over
 
     def _claim_limited(
         self,

@@ -167,6 +167,11 @@ class Worker:
         """
         self.run_state.wake(early)
 
+    def due_in(self, seconds: float) -> None:
+        """A job falls due in ``seconds`` (a retry this process scheduled): the idle threads
+        sleep no longer than that, whatever their poll interval."""
+        self.run_state.due_in(seconds)
+
     @property
     def stopping(self) -> bool:
         return self.run_state.stopping

@@ -48,12 +48,18 @@ class RunState:
         self.stop_now = threading.Event()
         #: Monotonic time of the first stop request (the shutdown timeout counts from it).
         self.stop_requested_at: float | None = None
-        #: Idle threads sleep on it; a push, a local enqueue or stop() wakes them.
+        #: Idle threads sleep on it; a push, a local enqueue or stop() wakes them; a new due
+        #: time replans the idle poller's sleep.
         self.signal = WakeSignal()
         #: Held by the idle thread that polls for the others.
         self.idle_poller = threading.Lock()
         #: Wake-ups sent before their enqueue's commit (``wake(early=True)``) so far.
         self.early_wakes = 0
+        #: Monotonic time at which a job this process scheduled falls due (a retry), the
+        #: earliest not yet passed; None: none known.
+        self.due_at: float | None = None
+        #: The database's next due time may have changed since the idle poller last read it.
+        self.due_changed = False
         #: Monotonic time at which the worker stops (``max_runtime``); None: no limit.
         self.deadline: float | None = None
         #: An error no retry can fix (missing tables): the run ends and raises it.
@@ -86,6 +92,39 @@ class RunState:
         if early:
             self.early_wakes += 1
         self.signal.wake()
+
+    def due_in(self, seconds: float | None) -> None:
+        """A job falls due in ``seconds`` (None: none does): the idle poller sleeps no longer
+        than that. Told before the commit that schedules it: the time is known, the row may
+        not be visible yet."""
+        if seconds is None:
+            return
+        at = time.monotonic() + seconds
+        with self._counts:
+            if self.due_at is not None and self.due_at <= at:
+                return
+            self.due_at = at
+        self.signal.replan()
+
+    def look_again(self) -> None:
+        """Jobs may have been scheduled for later (a wake-up found nothing runnable): the
+        idle poller reads the next due time again before it sleeps on."""
+        self.due_changed = True
+        self.signal.replan()
+
+    def next_due(self) -> tuple[float | None, bool]:
+        """(the earliest due time this process knows of, whether to ask the database for its
+        own since something changed)."""
+        with self._counts:
+            ask, self.due_changed = self.due_changed, False
+            return self.due_at, ask
+
+    def forget_passed(self, now: float) -> None:
+        """After a round: a known due time that had passed is forgotten (the round claimed its
+        job), and the database is asked for the next."""
+        with self._counts:
+            if self.due_at is not None and self.due_at <= now:
+                self.due_at, self.due_changed = None, True
 
     @property
     def stopping(self) -> bool:
