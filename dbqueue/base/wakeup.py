@@ -24,13 +24,18 @@ class WakeSignal:
     waiting": a wake that lands in between makes the wait return at once. ``replan()`` ends
     only the waits that asked for it (the idle poller's, given the ``replans`` count it
     planned with): its sleep was planned on due times that have changed, and nothing is
-    runnable yet, so the others sleep on.
+    runnable yet, so the others sleep on, undisturbed.
     """
 
     def __init__(self) -> None:
-        self._condition = threading.Condition()
+        lock = threading.Lock()
+        self._condition = threading.Condition(lock)
+        #: Where the waits that a replan ends sleep (same lock): a wake goes to them only
+        #: when no other thread waits.
+        self._replannable = threading.Condition(lock)
         self._generation = 0
         self._replans = 0
+        self._waiting = 0  # threads waiting on _condition
         #: Waiters on an event loop (an async worker's slots): (loop, future) each.
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         #: Those of them that a replan ends too.
@@ -51,7 +56,7 @@ class WakeSignal:
             woken, self._replan_waiters = self._replan_waiters, []
             for loop, future in woken:
                 loop.call_soon_threadsafe(_resolve, future)
-            self._condition.notify_all()  # the others see no change of theirs and sleep on
+            self._replannable.notify_all()
 
     def wake(self, everyone: bool = False) -> None:
         with self._condition:
@@ -63,19 +68,27 @@ class WakeSignal:
                 loop.call_soon_threadsafe(_resolve, future)
             if everyone:
                 self._condition.notify_all()
+                self._replannable.notify_all()
             elif not woken:
-                self._condition.notify()
+                (self._condition if self._waiting else self._replannable).notify()
 
     def wait(self, seen: int, timeout: float, replans: int | None = None) -> bool:
         """Sleep up to ``timeout`` unless woken since generation ``seen`` (or, given
         ``replans``, replanned since); True if woken."""
         deadline = time.monotonic() + timeout
+        condition = self._condition if replans is None else self._replannable
         with self._condition:
-            while self._generation == seen and replans in (None, self._replans):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._condition.wait(left)
+            if replans is None:
+                self._waiting += 1
+            try:
+                while self._generation == seen and replans in (None, self._replans):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    condition.wait(left)
+            finally:
+                if replans is None:
+                    self._waiting -= 1
             return self._generation != seen
 
     async def wait_async(self, seen: int, timeout: float, replans: int | None = None) -> bool:

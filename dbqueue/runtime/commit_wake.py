@@ -32,12 +32,18 @@ class CommitWaker:
         self._connections_to_wake: weakref.WeakKeyDictionary[Connection, set[str]] = (
             weakref.WeakKeyDictionary()
         )
+        #: Connections whose commits this waker listens to.
+        self._hooked: weakref.WeakSet[Connection] = weakref.WeakSet()
 
     def after_commit(self, target: Target | None, queues: Sequence[str]) -> None:
         hints = self._hints()
         if not self.context.local_workers and hints is None:
             return
         target = current_session(target)
+        if isinstance(target, Session) and isinstance(target.bind, Connection):
+            # Joined to a Connection's transaction (a handler's session among them): its own
+            # commit only releases a savepoint; the Connection's is the one that counts.
+            target = target.bind
         if target is None or isinstance(target, Engine):
             self._wake(hints, sorted(set(queues)))  # dbqueue's own transaction has committed
         elif isinstance(target, Session):
@@ -48,12 +54,16 @@ class CommitWaker:
         elif isinstance(target, Connection):
             # Core has no after-commit event: "commit" fires just before it. The workers are
             # told the wake is early, and look again a few times soon after. One listener per
-            # transaction, however many jobs it enqueues.
-            pending = self._connections_to_wake.get(target)
-            if pending is None:
-                pending = self._connections_to_wake[target] = set()
-                sa.event.listen(target, "commit", self._wake_connection, once=True)
-            pending.update(queues)
+            # connection, for its life (a worker's serves every job its handlers enqueue from):
+            # a commit wakes them when its transaction enqueued something.
+            with self._lock:
+                pending = self._connections_to_wake.get(target)
+                if pending is None:
+                    pending = self._connections_to_wake[target] = set()
+                    if target not in self._hooked:
+                        self._hooked.add(target)
+                        sa.event.listen(target, "commit", self._wake_connection)
+                pending.update(queues)
 
     def _wake(
         self, hints: LockServerClient | None, queues: Sequence[str], early: bool = False
@@ -63,8 +73,10 @@ class CommitWaker:
             hints.hint(queues)  # never blocks: dropped or kept for later without a connection
 
     def _wake_connection(self, conn: Connection) -> None:
-        queues = sorted(self._connections_to_wake.pop(conn, set()))
-        self._wake(self._hints(), queues, early=True)
+        with self._lock:
+            pending = self._connections_to_wake.pop(conn, None)
+        if pending is not None:
+            self._wake(self._hints(), sorted(pending), early=True)
 
     def _wake_session(self, session: Session) -> None:
         self._wake(self._hints(), sorted(session.info.pop("dbqueue_wake", set())))

@@ -236,19 +236,20 @@ class ClaimLoop:
     def _poll_wait(self, state: _ThreadState, seen: int) -> bool:
         """The idle poller's sleep: until a wake-up, its poll, or the next job falls due —
         planned again whenever this process learns of an earlier due time (a retry it
-        scheduled, a wake-up that found nothing). True if woken."""
+        scheduled, a wake-up that found nothing, an early one). True if woken."""
         assert state.conn is not None
-        signal = self.run_state.signal
-        self.run_state.forget_passed(time.monotonic())
-        timeout = state.idle
-        # Where inserts push wake-ups nothing else would wake the worker for a job due later;
-        # an early wake-up's enqueue may have been one.
+        run_state, signal = self.run_state, self.run_state.signal
+        run_state.forget_passed(time.monotonic())
+        until = time.monotonic() + state.idle
+        # Where inserts push wake-ups nothing else would wake the worker for a job due later.
         ask = self.notifier.pushes and state.idle >= SHORT_SLEEP
-        if state.recheck <= EARLY_WAKE_LAST:
-            ask, timeout, state.recheck = True, min(timeout, state.recheck), state.recheck * 2
-        until = time.monotonic() + timeout
         while True:
             replans = signal.replans
+            if run_state.early_wakes != state.early_seen:
+                state.early_seen, state.recheck = run_state.early_wakes, EARLY_WAKE_FIRST
+            if state.recheck <= EARLY_WAKE_LAST:  # an early wake-up's job may be due later
+                until = min(until, time.monotonic() + state.recheck)
+                ask, state.recheck = True, state.recheck * 2
             until = min(until, self._next_due(state.conn, ask))
             left = max(0.0, until - time.monotonic())
             if state.waits.signal(signal, seen, left, replans):
@@ -270,7 +271,10 @@ class ClaimLoop:
         except Exception:  # only an optimisation: fall back to the poll interval
             log.debug("could not read the next due time", exc_info=True)
             return soonest
-        return soonest if due is None else min(soonest, time.monotonic() + due + 0.001)
+        if due is None:
+            return soonest
+        self.run_state.due_in(due + 0.001, replan=False)  # known until it passes
+        return min(soonest, time.monotonic() + due + 0.001)
 
     def _round(
         self, state: _ThreadState, conn: Connection, executor: BatchExecutor

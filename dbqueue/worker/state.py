@@ -89,14 +89,18 @@ class RunState:
         self.stop()
 
     def wake(self, early: bool = False) -> None:
+        """Work is runnable: an idle thread looks. ``early``: its commit is under way, so the
+        idle poller looks again a few times soon after."""
         if early:
             self.early_wakes += 1
         self.signal.wake()
+        if early:
+            self.signal.replan()
 
-    def due_in(self, seconds: float | None) -> None:
+    def due_in(self, seconds: float | None, replan: bool = True) -> None:
         """A job falls due in ``seconds`` (None: none does): the idle poller sleeps no longer
-        than that. Told before the commit that schedules it: the time is known, the row may
-        not be visible yet."""
+        than that (``replan``: it plans its sleep again now). Told before the commit that
+        schedules it: the time is known, the row may not be visible yet."""
         if seconds is None:
             return
         at = time.monotonic() + seconds
@@ -104,7 +108,8 @@ class RunState:
             if self.due_at is not None and self.due_at <= at:
                 return
             self.due_at = at
-        self.signal.replan()
+        if replan:
+            self.signal.replan()
 
     def look_again(self) -> None:
         """Jobs may have been scheduled for later (a wake-up found nothing runnable): the
