@@ -216,10 +216,11 @@ class ClaimLoop:
 
     def _wait_idle(self, state: _ThreadState, seen: int) -> None:
         """Nothing to claim: one idle thread polls for all, the others wait for it (or a push).
-        A wake-up that found nothing may have been for a job due later: the poller looks."""
+        A wake-up that found nothing may have been for a job due later, and so may an early
+        one (this thread's own commit may have sent it): the poller reads the due time again."""
         state.batch = 1
         run_state = self.run_state
-        if state.woken:
+        if state.woken or state.recheck <= EARLY_WAKE_LAST:
             run_state.look_again()
         state.polling = state.polling or run_state.idle_poller.acquire(blocking=False)
         if state.slots_full:  # look again soon, as a database without push wake-ups would
@@ -227,6 +228,7 @@ class ClaimLoop:
         if state.polling:
             woken = self._poll_wait(state, seen)
         else:
+            state.recheck = EARLY_WAKE_LAST * 2  # the poller follows early wake-ups up
             timeout = max(FOLLOWER_WAIT, self.plan.poll_interval)
             woken = state.waits.signal(run_state.signal, seen, timeout)
         state.woken = woken
