@@ -6,8 +6,9 @@ A worker (4 threads, the database's default poll interval, in this process) firs
 ``busy`` long jobs, which block until the end of the run. Then, one at a time, a job fails
 with ``Retry(in_seconds=2)``, and a job enqueues another for 2 s later; the lateness is the
 time from when the job was due (the failure's or the enqueue's moment plus 2 s, this
-machine's clock) to its handler's start. Figures are printed, not asserted (run it against
-another checkout with PYTHONPATH to compare).
+machine's clock) to its handler's start. The jobs are enqueued through another App, as a web
+process would: only a push or a poll tells the worker of them, not an in-process wake-up.
+Figures are printed, not asserted (run it against another checkout with PYTHONPATH to compare).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 import dbqueue
 from benchmarks.common import URLS, fresh_app
 
+PREFIX = "bench_late_"
 CONCURRENCY = 4
 DUE_IN = 2.0
 #: The longest wait for one sample: past it the sample counts as this late.
@@ -30,7 +32,9 @@ class Scenario:
     """The worker, its long jobs, and the times its handlers note."""
 
     def __init__(self, url: str, busy: int) -> None:
-        self.app = fresh_app(url, prefix="bench_late_")
+        self.app = fresh_app(url, prefix=PREFIX)
+        #: Where the jobs are enqueued: another App, whose enqueues wake no worker in-process.
+        self.client = dbqueue.App(url, table_prefix=PREFIX)
         self.release = threading.Event()
         self.started: dict[int, float] = {}  # job id -> when its handler (re)started
         self.due: dict[int, float] = {}  # job id -> when it fell due
@@ -42,7 +46,7 @@ class Scenario:
         self.thread = threading.Thread(target=self.worker.run, daemon=True)
         self.thread.start()
         for _ in range(busy):
-            self.app.enqueue(None, "long", {})
+            self.client.enqueue(None, "long", {})
         for _ in range(busy):
             self.long_started.acquire(timeout=GIVE_UP)
 
@@ -74,7 +78,7 @@ class Scenario:
         """One sample: enqueue ``task``; seconds from its (or its follow-up's) due time to the
         start of the run that was due."""
         known = set(self.started)
-        self.app.enqueue(None, task, {})
+        self.client.enqueue(None, task, {})
         deadline = time.monotonic() + GIVE_UP + DUE_IN
         while time.monotonic() < deadline:
             new = set(self.started) - known
@@ -89,6 +93,7 @@ class Scenario:
         self.worker.stop()
         self.thread.join(60)
         self.app.engine.dispose()
+        self.client.engine.dispose()
 
 
 def describe(samples: list[float]) -> str:
