@@ -1,6 +1,7 @@
 """How late retries and delayed jobs start while some of a worker's threads run long jobs.
 
     python -m benchmarks.retry_lateness postgresql|mariadb|sqlite [--samples 4] [--busy 0 2 3]
+        [--poller-busy]
 
 A worker (4 threads, the database's default poll interval, in this process) first gets
 ``busy`` long jobs, which block until the end of the run. Then, one at a time, a job fails
@@ -8,12 +9,16 @@ with ``Retry(in_seconds=2)``, and a job enqueues another for 2 s later; the late
 time from when the job was due (the failure's or the enqueue's moment plus 2 s, this
 machine's clock) to its handler's start. The jobs are enqueued through another App, as a web
 process would: only a push or a poll tells the worker of them, not an in-process wake-up.
-Figures are printed, not asserted (run it against another checkout with PYTHONPATH to compare).
+With ``--poller-busy`` the thread that was left polling is among the busy ones: every thread
+gets a long job, one ends (its thread idles, polling for all), a new long job goes to that
+thread, another ends. Figures are printed, not asserted (run it against another checkout
+with PYTHONPATH to compare).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import threading
 import time
@@ -31,11 +36,15 @@ GIVE_UP = 45.0
 class Scenario:
     """The worker, its long jobs, and the times its handlers note."""
 
-    def __init__(self, url: str, busy: int) -> None:
+    def __init__(self, url: str, busy: int, poller_busy: bool = False) -> None:
         self.app = fresh_app(url, prefix=PREFIX)
         #: Where the jobs are enqueued: another App, whose enqueues wake no worker in-process.
         self.client = dbqueue.App(url, table_prefix=PREFIX)
         self.release = threading.Event()
+        #: A long job ends when its gate opens, or at the end of the run.
+        self.gates: collections.defaultdict[int, threading.Event] = collections.defaultdict(
+            threading.Event
+        )
         self.started: dict[int, float] = {}  # job id -> when its handler (re)started
         self.due: dict[int, float] = {}  # job id -> when it fell due
         self.long_started = threading.Semaphore(0)
@@ -45,10 +54,20 @@ class Scenario:
         )
         self.thread = threading.Thread(target=self.worker.run, daemon=True)
         self.thread.start()
-        for _ in range(busy):
-            self.client.enqueue(None, "long", {})
-        for _ in range(busy):
+        if not poller_busy:
+            self.start_long_jobs(busy)
+            return
+        first = self.start_long_jobs(CONCURRENCY)
+        self.gates[first[0]].set()  # its thread idles: it polls for all
+        self.start_long_jobs(1)  # goes to that thread, the only idle one
+        self.gates[first[1]].set()  # this one idles now
+        assert busy == CONCURRENCY - 1, "--poller-busy leaves one thread idle"
+
+    def start_long_jobs(self, count: int) -> list[int]:
+        ids = [self.client.enqueue(None, "long", {}) for _ in range(count)]
+        for _ in range(count):
             self.long_started.acquire(timeout=GIVE_UP)
+        return ids
 
     def _register(self) -> None:
         app = self.app
@@ -56,7 +75,9 @@ class Scenario:
         @app.task("long")
         def long(job, session):
             self.long_started.release()
-            self.release.wait(600)
+            gate = self.gates[job.id]
+            while not (gate.is_set() or self.release.is_set()):
+                gate.wait(0.05)
 
         @app.task("flaky")
         def flaky(job, session):
@@ -106,14 +127,16 @@ def main() -> None:
     parser.add_argument("database", choices=sorted(URLS))
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--busy", type=int, nargs="+", default=[0, 2, 3])
+    parser.add_argument("--poller-busy", action="store_true")
     args = parser.parse_args()
-    for busy in args.busy:
-        scenario = Scenario(URLS[args.database], busy)
+    for busy in [CONCURRENCY - 1] if args.poller_busy else args.busy:
+        scenario = Scenario(URLS[args.database], busy, args.poller_busy)
         try:
             for task, what in (("flaky", "retry"), ("delayer", "delayed job")):
                 samples = [scenario.lateness(task) for _ in range(args.samples)]
+                among = " (the poller among them)" if args.poller_busy else ""
                 print(
-                    f"{args.database}: {busy} of {CONCURRENCY} threads busy, {what} late by "
+                    f"{args.database}: {busy} of {CONCURRENCY} threads busy{among}, {what} late by "
                     f"{describe(samples)}",
                     flush=True,
                 )

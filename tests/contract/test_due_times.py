@@ -34,16 +34,18 @@ class BusyWorker:
     running (enqueued by ``long_jobs`` before it starts, with whatever else the test enqueued);
     leaving releases them and stops the worker, which must exit cleanly."""
 
-    def __init__(self, backend, tmp_path: Path, *args: str) -> None:
+    def __init__(self, backend, tmp_path: Path, *args: str, long_jobs: int = 2) -> None:
         self.backend, self.tmp = backend, tmp_path
         self.app = backend.app()
         self.log = tmp_path / "worker.log"
         self.release = tmp_path / "release"
+        #: Touched on leaving, whatever happened: no long job outlives the test.
+        self.releases = [self.release]
         self.long_ids = [
             self.app.enqueue(
                 None, "long", {"started": str(tmp_path / f"long{n}"), "release": str(self.release)}
             )
-            for n in range(0 if backend.single_writer else 2)
+            for n in range(0 if backend.single_writer else long_jobs)
         ]
         self.args = args
         self.process: subprocess.Popen | None = None
@@ -69,13 +71,18 @@ class BusyWorker:
 
     def __exit__(self, *exc: object) -> None:
         assert self.process is not None
-        self.release.touch()
+        for release in self.releases:
+            release.touch()
         try:
             for job_id in self.long_ids:
                 self.wait_for_row(job_id, "the long jobs to finish once released")
         finally:
             self.process.send_signal(signal.SIGTERM)
-            code = self.process.wait(timeout=DEADLINE)
+            try:
+                code = self.process.wait(timeout=DEADLINE)
+            finally:
+                if self.process.poll() is None:
+                    self.process.kill()
             self.app.engine.dispose()
         assert code == 0, self.log.read_text()[-3000:]
         assert "Traceback" not in self.log.read_text()
@@ -107,6 +114,45 @@ def test_a_retry_starts_when_due_while_other_threads_are_busy(backend, tmp_path,
     job = app.get_job(flaky)
     assert job is not None and (job["status"], job["attempt"]) == ("succeeded", 2)
     assert busy.rows()[flaky] == "attempt 2"
+    app.engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "backend",
+    backend_keys(lambda spec: spec.inserts_wake_workers and not spec.single_writer),
+    indirect=True,
+)
+def test_the_polling_thread_hands_its_role_over_when_it_takes_a_long_job(backend, tmp_path):
+    """Two threads. The one that idles first polls for both, and is then pushed a long job;
+    the other, idle once its own long job ends, must poll in its stead — else the retry it
+    schedules next waits for its hour-long safety net."""
+    app = backend.app()
+
+    releases = {name: tmp_path / f"release-{name}" for name in ("first", "second", "third")}
+
+    def long_job(name: str) -> int:
+        payload = {"started": str(tmp_path / name), "release": str(releases[name])}
+        return app.enqueue(None, "long", payload)
+
+    first, second = long_job("first"), long_job("second")
+    with BusyWorker(backend, tmp_path, "--concurrency", "2", long_jobs=0) as busy:
+        busy.releases += releases.values()
+        for name in ("first", "second"):
+            busy.wait_for_file(tmp_path / name, f"the {name} long job to start")
+        releases["first"].touch()
+        busy.wait_for_row(first, "the first long job to end")  # its thread now polls
+        third = long_job("third")  # pushed to the polling thread, which takes it
+        busy.wait_for_file(tmp_path / "third", "the third long job to start")
+        releases["second"].touch()
+        busy.wait_for_row(second, "the second long job to end")
+        go = tmp_path / "go"
+        go.touch()
+        flaky_payload = {"started": str(tmp_path / "flaky"), "go": str(go), "kind": "retry"}
+        flaky = app.enqueue(None, "flaky", flaky_payload)  # pushed to the idle thread
+        busy.wait_for_row(flaky, "the retry to run")
+        assert third not in busy.rows()  # still running
+        releases["third"].touch()
+        busy.wait_for_row(third, "the third long job to end")
     app.engine.dispose()
 
 
