@@ -216,6 +216,7 @@ class Maintenance(Service):
             with conn.begin():
                 if engine.outcomes.fail(conn, job, fence, failure).changed:
                     rescued.append(job.id)
+            self.context.local_workers.due_in(failure.retry_in)
         if not rescued:
             return ""
         ids = ", ".join(str(job_id) for job_id in rescued[:20])
@@ -248,6 +249,7 @@ class Maintenance(Service):
                 failure = self.context.retry_policy.failure(job, message)
                 with conn.begin():
                     failed = engine.outcomes.fail(conn, job, rescue, failure)
+                self.context.local_workers.due_in(failure.retry_in)
                 if failed.changed:  # else it finished (or was given back) since it was listed
                     rescued.append(job.id)
         finally:
