@@ -10,8 +10,8 @@ time from when the job was due (the failure's or the enqueue's moment plus 2 s, 
 machine's clock) to its handler's start. The jobs are enqueued through another App, as a web
 process would: only a push or a poll tells the worker of them, not an in-process wake-up.
 With ``--poller-busy`` the thread that was left polling is among the busy ones: every thread
-gets a long job, one ends (its thread idles, polling for all), a new long job goes to that
-thread, another ends. Figures are printed, not asserted (run it against another checkout
+starts with a long job, one ends (its thread idles, polling for all), a new long job goes to
+that thread, another ends. Figures are printed, not asserted (run it against another checkout
 with PYTHONPATH to compare).
 """
 
@@ -53,21 +53,24 @@ class Scenario:
             concurrency=CONCURRENCY, install_signal_handlers=False, maintenance=False
         )
         self.thread = threading.Thread(target=self.worker.run, daemon=True)
-        self.thread.start()
         if not poller_busy:
-            self.start_long_jobs(busy)
+            self.thread.start()
+            self.wait_started(self.enqueue_long_jobs(busy))
             return
-        first = self.start_long_jobs(CONCURRENCY)
-        self.gates[first[0]].set()  # its thread idles: it polls for all
-        self.start_long_jobs(1)  # goes to that thread, the only idle one
-        self.gates[first[1]].set()  # this one idles now
         assert busy == CONCURRENCY - 1, "--poller-busy leaves one thread idle"
+        first = self.enqueue_long_jobs(CONCURRENCY)  # one per thread, from the start
+        self.thread.start()
+        self.wait_started(first)
+        self.gates[first[0]].set()  # its thread idles: it polls for all
+        self.wait_started(self.enqueue_long_jobs(1))  # goes to that thread, the only idle one
+        self.gates[first[1]].set()  # this one idles now
 
-    def start_long_jobs(self, count: int) -> list[int]:
-        ids = [self.client.enqueue(None, "long", {}) for _ in range(count)]
-        for _ in range(count):
+    def enqueue_long_jobs(self, count: int) -> list[int]:
+        return [self.client.enqueue(None, "long", {}) for _ in range(count)]
+
+    def wait_started(self, ids: list[int]) -> None:
+        for _ in ids:
             self.long_started.acquire(timeout=GIVE_UP)
-        return ids
 
     def _register(self) -> None:
         app = self.app
