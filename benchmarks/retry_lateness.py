@@ -29,6 +29,8 @@ from benchmarks.common import URLS, fresh_app
 PREFIX = "bench_late_"
 CONCURRENCY = 4
 DUE_IN = 2.0
+#: How long a thread whose long job ended is given to go idle.
+SETTLE = 0.5
 #: The longest wait for one sample: past it the sample counts as this late.
 GIVE_UP = 45.0
 
@@ -62,8 +64,10 @@ class Scenario:
         self.thread.start()
         self.wait_started(first)
         self.gates[first[0]].set()  # its thread idles: it polls for all
+        time.sleep(SETTLE)
         self.wait_started(self.enqueue_long_jobs(1))  # goes to that thread, the only idle one
         self.gates[first[1]].set()  # this one idles now
+        time.sleep(SETTLE)
 
     def enqueue_long_jobs(self, count: int) -> list[int]:
         return [self.client.enqueue(None, "long", {}) for _ in range(count)]
