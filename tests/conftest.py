@@ -149,7 +149,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, AN
 def _async_without_driver(item: pytest.Item) -> bool:
     params = getattr(getattr(item, "callspec", None), "params", {})
     spec = BACKENDS.get(str(params.get("backend", "")))
-    return params.get("kind") == "async" and spec is not None and not spec.has_async_driver
+    wants_loop = params.get("kind") == "async" or params.get("slots") == "loop"
+    return wants_loop and spec is not None and not spec.has_async_driver
 
 
 @pytest.fixture(params=sorted(BACKENDS), ids=lambda key: key)

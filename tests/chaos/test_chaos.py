@@ -469,7 +469,7 @@ def test_chaos_loses_nothing_and_runs_nothing_twice(case, target, services, tmp_
         assert sorted(run_job_ids) == sorted(job_ids)  # one committed handler row per job
     assert {j.status for j in jobs} == {"succeeded"}  # nothing left running or available
     assert set(codes.values()) == {0}, codes
-    assert len(workers.killed) == len(KILL_AT)
+    assert len(workers.killed) == len(case.kill_at)
     for process in workers.started:
         log = workers.log_of(process)
         assert "Traceback" not in log, f"worker {process.pid}:\n{log[-4000:]}"

@@ -239,6 +239,27 @@ def test_the_asyncio_driver_connects_or_its_absence_is_named(db: Connected) -> N
     assert asyncio.run(select_one()) == 1
 
 
+@covers("sync_drivers", "sync_url")
+def test_the_asyncio_drivers_url_turns_into_a_sync_one_that_connects(db: Connected) -> None:
+    """An async URL where a sync engine is needed becomes the same database's sync driver (one
+    this module names for each async driver it knows); an unknown driver maps to nothing."""
+    cls, url = db.cls, sa.engine.make_url(db.backend.url)
+    assert cls.sync_url(url.set(drivername=f"{url.get_backend_name()}+nosuchdriver")) is None
+    async_url = cls.async_url(url)
+    if async_url is None:  # no async path: nothing to turn back
+        assert cls.async_driver is None
+        return
+    assert cls.sync_drivers.get(cls.async_driver) is not None
+    sync_url = cls.sync_url(async_url)
+    assert sync_url is not None and sync_url.drivername != async_url.drivername
+    engine = sa.create_engine(sync_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(sa.select(sa.literal(1))).scalar_one() == 1
+    finally:
+        engine.dispose()
+
+
 @covers("connection_lost")
 def test_a_connection_the_server_closed_is_told_from_a_bug(db: Connected) -> None:
     """Where the dialect says a driver error outside SQLAlchemy's means a lost connection, a

@@ -99,8 +99,6 @@ def the_long_jobs_still_run(busy: BusyWorker) -> None:
 def test_a_retry_starts_when_due_while_other_threads_are_busy(backend, tmp_path, kind, slots):
     """The failed attempt's retry falls due a second later: its thread, finding nothing yet,
     leaves the polling to the idle one, which sleeps until then instead of for the hour."""
-    if slots == "loop" and not backend.has_async_driver:
-        pytest.skip("no asyncio driver: no event loop slots")
     extra = ("--async-slots",) if slots == "loop" else ()
     go = tmp_path / "go"
     flaky_payload = {"started": str(tmp_path / "flaky"), "go": str(go), "kind": kind}
