@@ -301,3 +301,24 @@ def test_the_worker_command_runs_jobs_outside_their_transaction_when_told(databa
     assert done.returncode == 0, done.stderr
     row = row_of(database, job_id)
     assert (row["status"], row["result"]) == ("succeeded", {"status": "running", "leased": True})
+
+
+def test_a_periodic_tasks_jobs_run_outside_their_transaction_when_it_says_so(backend):
+    app = backend.app()
+    seen: list[str] = []
+    jobs = app.tables.jobs
+
+    @app.periodic("*/5 * * * *", name="leased_tick", catch_up="latest")
+    @app.task("leased_tick_task", transaction=False)
+    def tick(job, session):
+        query = sa.select(jobs.c.status).where(jobs.c.id == job.id)
+        seen.append(elsewhere(backend, lambda conn: conn.execute(query).scalar()))
+
+    engine = backend.engine()
+    with engine.begin() as conn:
+        conn.execute(sa.delete(app.tables.periodic))
+    engine.dispose()
+    first = app.enqueue_periodic(dt.datetime(2026, 1, 1, 12, 0, 1, tzinfo=dt.timezone.utc))
+    assert [outcome.job_id is not None for outcome in first] == [True]
+    backend.run_worker(app)
+    assert seen == ["running"]
