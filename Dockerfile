@@ -1,6 +1,6 @@
 FROM python:3.12-slim
 WORKDIR /app
-COPY pyproject.toml README.md alembic.ini ./
+COPY pyproject.toml README.md LICENSE alembic.ini ./
 COPY dbqueue ./dbqueue
 COPY alembic ./alembic
 RUN pip install --no-cache-dir '.[singlestore]' \

@@ -2,7 +2,12 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# .venv is shared: the demo installs dbqueue alone (SQLite needs nothing else), the other targets
+# the dev and singlestore extras too. Each stamp says its set is installed for this pyproject.toml;
+# the dev set includes the demo's, so installing it stamps both.
+CREATED := $(VENV)/.created
+DEMO_STAMP := $(VENV)/.installed-demo
+DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 # Tests are spread over this many pytest-xdist workers, each on tables of its own: whole files,
 # longest first, the longest files one unit per database (tests/support/scheduling.py).
@@ -13,29 +18,36 @@ DB ?= postgresql
 .PHONY: help venv services demo test lint format wheel bench bench-report bench-all clean distclean
 
 help:
-	@echo "make demo       run the SQLite demo (creates .venv, installs, migrates)"
+	@echo "make demo       run the SQLite demo (creates .venv, installs dbqueue alone, migrates)"
 	@echo "make test       run the whole test suite (starts or installs PostgreSQL and MariaDB)"
 	@echo "make bench DB=postgresql|mariadb|sqlite   run the benchmarks, print and save results"
 	@echo "make bench-report   rebuild the README's Performance tables from benchmarks/results"
 	@echo "make bench-all      make bench on the three databases, one after the other, then the report"
 	@echo "make lint       ruff check + format check;  make format  fix them"
-	@echo "make wheel      build dist/dbqueue-*.whl"
-	@echo "make venv       just create .venv;  make services  just start the databases"
+	@echo "make wheel      build dist/dbqueue_sql-*.tar.gz (sdist) and dist/dbqueue_sql-*.whl"
+	@echo "make venv       just create .venv (dev set);  make services  just start the databases"
 	@echo "make clean      remove build artefacts;  make distclean  also .venv"
 
-# Reinstall only when pyproject.toml changes.
-$(STAMP): pyproject.toml
+$(CREATED):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,singlestore]'
-	touch $(STAMP)
+	touch $(CREATED)
 
-venv: $(STAMP)
+# Reinstall only when pyproject.toml changes.
+$(DEMO_STAMP): pyproject.toml | $(CREATED)
+	$(BIN)/pip install --quiet -e .
+	touch $(DEMO_STAMP)
+
+$(DEV_STAMP): pyproject.toml | $(CREATED)
+	$(BIN)/pip install --quiet -e '.[dev,singlestore]'
+	touch $(DEV_STAMP) $(DEMO_STAMP)
+
+venv: $(DEV_STAMP)
 
 services:
 	scripts/ensure-services.sh
 
-demo: venv
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m dbqueue.demo
 
 # CI is passed through from the environment: CI=true turns an unreachable database into a failure.
@@ -50,8 +62,9 @@ format: venv
 	$(BIN)/ruff format dbqueue tests benchmarks alembic
 	$(BIN)/ruff check --fix dbqueue tests benchmarks alembic
 
+# The sdist, then the wheel built from it (so the sdist is known to hold all the wheel needs).
 wheel: venv
-	$(BIN)/python -m build --wheel --outdir dist
+	$(BIN)/python -m build --outdir dist
 
 # The environment passes through (DBQUEUE_BENCH_POSTGRESQL_URL, DBQUEUE_BENCH_MYSQL_URL,
 # DBQUEUE_BENCH_SQLITE_URL: the databases to use; DBQUEUE_BENCH_RESULTS: write elsewhere).

@@ -3,18 +3,17 @@
 
 mypy runs as a subprocess, with the checkout on PYTHONPATH the way an installed package sits
 on ``sys.path``: it then treats dbqueue as a third-party package, which it reads only because
-of ``py.typed`` and whose own internals it does not report on (as for a user).
+of ``py.typed`` and whose own internals it does not report on (as for a user). That the wheel
+ships ``py.typed``: tests/test_packaging.py.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import typing
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -77,23 +76,3 @@ def test_job_declares_a_type_for_every_slot() -> None:
     assert set(typing.get_type_hints(dbqueue.Job)) - {"ITEM_NAMES", "ITEM_ALIASES"} == set(
         dbqueue.Job.__slots__
     )
-
-
-def test_wheel_ships_the_type_information(tmp_path: Path) -> None:
-    """Built from a copy, so that the build leaves nothing in the checkout."""
-    source = tmp_path / "source"
-    shutil.copytree(
-        ROOT / "dbqueue", source / "dbqueue", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    built = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-    (wheel,) = (tmp_path / "dist").glob("dbqueue-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"dbqueue/py.typed", "dbqueue/job.py"} <= names

@@ -2,7 +2,7 @@
 same Writes as the sync calls (``dbqueue.app.writes``), run on an AsyncConnection through
 ``run_sync``. Only where the connection comes from, and how it is awaited, is written here.
 
-SQLAlchemy's asyncio layer is imported on first use: ``dbqueue[asyncio]`` is an optional extra.
+SQLAlchemy's asyncio layer is imported on first use: ``dbqueue-sql[asyncio]`` is an optional extra.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, scoped_session
 
 from dbqueue import dialects
 from dbqueue.app.writes import ClientWrites, Write, Written
+from dbqueue.base.distribution import install_hint
 from dbqueue.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -35,8 +36,7 @@ def _asyncio_module() -> Any:
         from sqlalchemy.ext import asyncio as sa_asyncio
     except ImportError as exc:  # pragma: no cover - greenlet missing
         raise ConfigurationError(
-            f"the async API needs SQLAlchemy's asyncio support ({exc}): "
-            "pip install 'dbqueue[asyncio]'"
+            f"the async API needs SQLAlchemy's asyncio support ({exc}): {install_hint('asyncio')}"
         ) from None
     return sa_asyncio
 

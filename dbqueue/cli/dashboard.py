@@ -7,6 +7,7 @@ import os
 import click
 
 from dbqueue.app.facade import App
+from dbqueue.base.distribution import install_hint
 from dbqueue.cli.options import database_options
 from dbqueue.errors import ConfigurationError
 
@@ -31,14 +32,14 @@ from dbqueue.errors import ConfigurationError
 )
 @click.option("--read-only", is_flag=True, help="No actions: the pages only read.")
 def dashboard(app: App, bind: str, port: int, read_only: bool) -> None:
-    """Serve the web dashboard (token: DBQUEUE_DASHBOARD_TOKEN; needs dbqueue[dashboard])."""
+    """Serve the web dashboard (token: DBQUEUE_DASHBOARD_TOKEN; needs dbqueue-sql[dashboard])."""
     try:
         import uvicorn
 
         from dbqueue.dashboard import create_app
     except ImportError as exc:
         raise ConfigurationError(
-            f"the dashboard needs the dashboard extra ({exc}): pip install 'dbqueue[dashboard]'"
+            f"the dashboard needs the dashboard extra ({exc}): {install_hint('dashboard')}"
         ) from None
     token = os.environ.get("DBQUEUE_DASHBOARD_TOKEN") or None
     loopback = _is_loopback(bind)

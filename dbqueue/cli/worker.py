@@ -90,7 +90,7 @@ def _minutes(ctx: click.Context, param: click.Parameter, value: str | None) -> A
     "--metrics-port",
     type=click.IntRange(0, 65535),
     envvar="DBQUEUE_METRICS_PORT",
-    help="Serve this worker's Prometheus metrics on /metrics at this port (dbqueue[metrics]).",
+    help="Serve this worker's Prometheus metrics on /metrics at this port (dbqueue-sql[metrics]).",
 )
 @click.option(
     "--metrics-bind",

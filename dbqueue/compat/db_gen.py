@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from dbqueue import dialects
+from dbqueue.base.distribution import install_hint
 from dbqueue.config import parse_url
 from dbqueue.errors import ConfigurationError, DbqueueError
 from dbqueue.migrations import migrate
@@ -65,7 +66,7 @@ def offline_url(dialect: str | None, url: str | None) -> str:
         )
     if name not in dialects.BY_NAME:
         raise ConfigurationError(
-            f"--dialect {name} needs its optional driver: pip install 'dbqueue[{name}]'"
+            f"--dialect {name} needs its optional driver: {install_hint(name)}"
         )
     return f"{dialects.BY_NAME[name].url_driver}://"
 

@@ -37,7 +37,7 @@ class Dialect(abc.ABC):
     #: driver part of URLs built from DB_HOST/DB_PORT/... variables.
     url_driver: ClassVar[str]
     default_port: ClassVar[int | None] = None
-    #: the asyncio driver async handlers and async enqueue use (``dbqueue[asyncio]``), None:
+    #: the asyncio driver async handlers and async enqueue use (``dbqueue-sql[asyncio]``), None:
     #: the database has no async path.
     async_driver: ClassVar[str | None] = None
     #: asyncio driver → the sync driver of the same database, for an async URL given where a

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+from dbqueue.base.distribution import DISTRIBUTION, install_hint
 from dbqueue.config import DEFAULT_SQLITE_URL, env_first, parse_number, parse_url
 from dbqueue.dialects.base import Dialect
 from dbqueue.dialects.poollog import quiet_reset_failures
@@ -55,7 +56,7 @@ def resolve_url(
     name = dialect or "postgresql"  # the seed's own database
     if name not in BY_NAME:
         raise ConfigurationError(
-            f"dialect {name!r} needs its optional driver: pip install 'dbqueue[{name}]'"
+            f"dialect {name!r} needs its optional driver: {install_hint(name)}"
         )
     cls = BY_NAME[name]
     if cls.url_driver == "sqlite":
@@ -77,7 +78,7 @@ def _missing_driver(cls: type[Dialect], url: sa.engine.URL, exc: Exception) -> s
     problem = str(exc).strip().splitlines()[0]
     usable = cls.normalize_url(url.set(drivername=url.drivername.partition("+")[0])).drivername
     if usable == cls.normalize_url(url).drivername:  # dbqueue's own driver is missing
-        return f"cannot use {url!r}: {problem}; reinstall dbqueue, which requires that driver"
+        return f"cannot use {url!r}: {problem}; reinstall {DISTRIBUTION}, which requires it"
     return f"cannot use {url!r}: {problem}; use {usable}:// (the driver dbqueue installs)"
 
 
@@ -153,7 +154,7 @@ _RETURNED = "dbqueue_returned_at"
 
 
 def create_async_engine(url: str | sa.engine.URL, **kwargs: Any) -> AsyncEngine:
-    """An asyncio engine on ``url``'s database (its async driver, ``dbqueue[asyncio]``), set up
+    """An asyncio engine on ``url``'s database (its async driver, ``dbqueue-sql[asyncio]``), set up
     like ``create_engine``'s: the same options and connect-time hooks, on its sync_engine."""
     parsed = parse_url(url) if isinstance(url, str) else url
     cls = class_for_url(parsed)
@@ -172,7 +173,7 @@ def create_async_engine(url: str | sa.engine.URL, **kwargs: Any) -> AsyncEngine:
     except (sa.exc.NoSuchModuleError, ImportError) as exc:
         raise ConfigurationError(
             f"async handlers on {cls.name} need the {cls.async_driver} driver "
-            f"({str(exc).strip().splitlines()[0]}): pip install 'dbqueue[asyncio]'"
+            f"({str(exc).strip().splitlines()[0]}): {install_hint('asyncio')}"
         ) from None
     cls.configure_engine(engine.sync_engine)
     quiet_reset_failures(engine.sync_engine)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
+from dbqueue.base.distribution import install_hint
 from dbqueue.dialects.base import Dialect
 from dbqueue.dialects.mysql import MySQLDialect
 from dbqueue.dialects.postgresql import PostgresDialect
@@ -35,8 +36,7 @@ def class_for_sqlalchemy_name(name: str) -> type[Dialect]:
     except KeyError:
         if name in _EXTRAS:
             raise ConfigurationError(
-                f"the {name!r} database needs its optional driver: "
-                f"pip install 'dbqueue[{_EXTRAS[name]}]'"
+                f"the {name!r} database needs its optional driver: {install_hint(_EXTRAS[name])}"
             ) from None
         raise ConfigurationError(
             f"dbqueue does not support the database {name!r}: use PostgreSQL, MySQL/MariaDB, "

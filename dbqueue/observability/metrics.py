@@ -1,4 +1,4 @@
-"""Prometheus metrics (``pip install 'dbqueue[metrics]'``, prometheus-client).
+"""Prometheus metrics (``pip install 'dbqueue-sql[metrics]'``, prometheus-client).
 
 Two kinds, read by different processes:
 
@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dbqueue.app.monitoring import Monitoring
+from dbqueue.base.distribution import install_hint
 from dbqueue.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def _prometheus() -> Any:
         import prometheus_client
     except ImportError:
         raise ConfigurationError(
-            "Prometheus metrics need prometheus-client: pip install 'dbqueue[metrics]'"
+            f"Prometheus metrics need prometheus-client: {install_hint('metrics')}"
         ) from None
     return prometheus_client
 

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (``pip install 'dbqueue[otel]'``, opentelemetry-api; configure the SDK
+"""OpenTelemetry traces (``pip install 'dbqueue-sql[otel]'``, opentelemetry-api; configure the SDK
 and an exporter as for any application).
 
 ``instrument(app)`` gives every enqueue a PRODUCER span (``send <queue>``) and every job run a
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from dbqueue.base.distribution import install_hint
 from dbqueue.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def _otel() -> tuple[Any, Any]:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
     except ImportError:
         raise ConfigurationError(
-            "OpenTelemetry tracing needs opentelemetry-api: pip install 'dbqueue[otel]'"
+            f"OpenTelemetry tracing needs opentelemetry-api: {install_hint('otel')}"
         ) from None
     return trace, TraceContextTextMapPropagator()
 

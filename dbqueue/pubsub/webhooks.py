@@ -18,12 +18,12 @@ import json
 import math
 import time
 from collections.abc import Mapping
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 from sqlalchemy.orm import Session
 
+from dbqueue.base.distribution import installed_version
 from dbqueue.base.results import Message
 from dbqueue.errors import AttemptFailed, ConfigurationError
 from dbqueue.job import Job
@@ -50,11 +50,7 @@ _MIN_SECRET_CHARS = 4
 
 
 def _user_agent() -> str:
-    try:
-        version = metadata.version("dbqueue")
-    except metadata.PackageNotFoundError:  # running from a checkout that was never installed
-        version = "dev"
-    return f"dbqueue/{version} (webhook)"
+    return f"dbqueue/{installed_version() or 'dev'} (webhook)"
 
 
 class WebhookSender:

@@ -1,4 +1,4 @@
-"""The AsyncSession an ``async def`` handler receives (needs ``dbqueue[asyncio]``: imported only
+"""The AsyncSession an ``async def`` handler receives (needs ``dbqueue-sql[asyncio]``: imported only
 by an async worker, since SQLAlchemy's asyncio module requires greenlet)."""
 
 from __future__ import annotations

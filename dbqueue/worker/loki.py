@@ -18,6 +18,7 @@ from logging.handlers import QueueHandler
 from typing import Any
 from urllib.parse import urlsplit
 
+from dbqueue.base.distribution import install_hint
 from dbqueue.base.service import Service
 from dbqueue.config import Settings
 from dbqueue.errors import ConfigurationError
@@ -91,7 +92,7 @@ class LokiShipper(Service):
         except ImportError:
             raise ConfigurationError(
                 "GRAFANA_URL is set but the Loki handler is not installed: "
-                "pip install 'dbqueue[grafana]' (or unset GRAFANA_URL)"
+                f"{install_hint('grafana')} (or unset GRAFANA_URL)"
             ) from None
         super().__init__()
         self.url = push_url(url)
