@@ -17,6 +17,7 @@ import pytest
 from support.backends import Backend
 
 from dbqueue.cli.main import COMMANDS, LazyGroup, cli
+from dbqueue.dialects import registry
 from dbqueue.dialects.registry import MODULES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,6 +137,24 @@ def test_a_database_loads_its_own_module_and_driver_and_alembic_only_to_migrate(
 def test_a_command_loads_its_module_when_it_runs() -> None:
     loaded = loaded_modules(HELP.format(args="'worker', '--help'"))
     assert among(loaded, COMMAND_MODULES) == {COMMANDS["worker"].module}
+
+
+# ---- the registry names what each module declares --------------------------------------------
+def test_the_registry_maps_each_modules_own_names_to_it() -> None:
+    """The registry finds a module by names written out in it (so as not to import them all):
+    they are the ones each class declares, no more."""
+    classes = registry.installed_classes()
+    installed = {cls.name for cls in classes}
+    assert installed <= set(MODULES)
+    for cls in classes:
+        assert MODULES[cls.name] == (cls.__module__, cls.__name__)
+        assert registry.class_for_name(cls.name) is cls
+    for table, attribute in (
+        (registry.SQLALCHEMY_NAMES, "sqlalchemy_names"),
+        (registry.URL_ALIASES, "url_aliases"),
+    ):
+        declared = {alias: cls.name for cls in classes for alias in getattr(cls, attribute)}
+        assert {alias: name for alias, name in table.items() if name in installed} == declared
 
 
 # ---- the list of commands is click's own ---------------------------------------------------

@@ -98,7 +98,7 @@ COMMANDS: dict[str, LazyCommand] = {
     "dashboard": LazyCommand(
         "dbqueue.cli.dashboard",
         "dashboard",
-        "Serve the web dashboard (token: DBQUEUE_DASHBOARD_TOKEN; needs dbqueue[dashboard]).",
+        "Serve the web dashboard (token: DBQUEUE_DASHBOARD_TOKEN; needs dbqueue-sql[dashboard]).",
     ),
 }
 
