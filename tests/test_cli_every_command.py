@@ -45,7 +45,11 @@ NOTHING_TO_DO = {("migrate", "--downgrade"): "nothing to downgrade"}
 
 
 def leaf_commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> Iterator[Any]:
-    for name, command in sorted(group.commands.items()):
+    """Through click's lookup, which loads the commands the top-level group loads lazily."""
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None, name
         if isinstance(command, click.Group):
             yield from leaf_commands(command, (*path, name))
         else:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dbqueue.app.targets import target_or_engine
-from dbqueue.migrations import migrate
 from dbqueue.runtime import maintenance
 from dbqueue.runtime.targets import Target, connection_for
 
@@ -22,6 +21,8 @@ class MaintenanceCalls:
 
     def migrate(self, revision: str = "head") -> None:
         """Create or upgrade the queue tables (the same migrations as ``dbqueue migrate``)."""
+        from dbqueue.migrations import migrate  # Alembic: loaded when a migration runs
+
         migrate.upgrade(self.context.engine, self.context.names, revision)
 
     def run_maintenance(self, routine: str, *, strategy: str | None = None) -> str:

@@ -14,7 +14,6 @@ from sqlalchemy.engine import Engine
 from dbqueue.base import payload as payload_codec
 from dbqueue.base.identifiers import check_task_name
 from dbqueue.errors import DbqueueError
-from dbqueue.migrations.migrate import check_schema
 from dbqueue.runtime.enqueue import build_job
 from dbqueue.runtime.periodic import TickOutcome, enqueue_due, queue_of
 from dbqueue.runtime.targets import write_target
@@ -144,6 +143,8 @@ class PeriodicSchedules:
         """One dict per schedule — name, cron, tz, task, queue, catch_up, last_tick,
         next_tick, last_job_id, last_job_status, ticks (rows kept) — then the schedule names
         the table holds that this App does not declare (with ``declared`` False)."""
+        from dbqueue.migrations.migrate import check_schema  # Alembic: loaded when first used
+
         schedules = self.schedules()
         with self.context.engine.connect() as conn:
             check_schema(conn, self.context.names)

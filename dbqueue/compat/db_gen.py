@@ -15,7 +15,6 @@ import sys
 from collections.abc import Sequence
 
 from dbqueue import dialects
-from dbqueue.base.distribution import install_hint
 from dbqueue.config import parse_url
 from dbqueue.errors import ConfigurationError, DbqueueError
 from dbqueue.migrations import migrate
@@ -64,11 +63,7 @@ def offline_url(dialect: str | None, url: str | None) -> str:
         raise ConfigurationError(
             f"unknown dialect {name!r}: choose one of {', '.join(dialects.DIALECT_NAMES)}"
         )
-    if name not in dialects.BY_NAME:
-        raise ConfigurationError(
-            f"--dialect {name} needs its optional driver: {install_hint(name)}"
-        )
-    return f"{dialects.BY_NAME[name].url_driver}://"
+    return f"{dialects.class_for_name(name).url_driver}://"
 
 
 def header(names: TableNames, url: str) -> str:

@@ -19,7 +19,7 @@ from dbqueue.base.distribution import DISTRIBUTION, install_hint
 from dbqueue.config import DEFAULT_SQLITE_URL, env_first, parse_number, parse_url
 from dbqueue.dialects.base import Dialect
 from dbqueue.dialects.poollog import quiet_reset_failures
-from dbqueue.dialects.registry import BY_NAME, DIALECT_NAMES, class_for_url
+from dbqueue.dialects.registry import DIALECT_NAMES, class_for_name, class_for_url
 from dbqueue.errors import ConfigurationError
 
 
@@ -53,12 +53,7 @@ def resolve_url(
                 "DB_HOST/DB_PORT/DB_BASE/DB_USER/DB_PASS"
             )
         return DEFAULT_SQLITE_URL
-    name = dialect or "postgresql"  # the seed's own database
-    if name not in BY_NAME:
-        raise ConfigurationError(
-            f"dialect {name!r} needs its optional driver: {install_hint(name)}"
-        )
-    cls = BY_NAME[name]
+    cls = class_for_name(dialect or "postgresql")  # the seed's own database by default
     if cls.url_driver == "sqlite":
         return f"sqlite:///{database or 'dbqueue.db'}"
     port = env_first(env, "DB_PORT", "DATABASE_PORT")

@@ -36,7 +36,6 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from alembic.ddl.mysql import MySQLImpl
 from sqlalchemy import event
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, Engine
@@ -56,12 +55,6 @@ _TRANSIENT = {1205, 1213}  # lock wait timeout (also how SingleStore reports a d
 #: stand-in, absent while unknown.
 _FLAVOUR = "_dbqueue_singlestore_version"
 _TRUE = {"1", "true", "yes", "on"}
-
-
-class SingleStoreImpl(MySQLImpl):
-    """Alembic knows no ``singlestoredb`` dialect; MySQL's DDL rules are SingleStore's."""
-
-    __dialect__ = "singlestoredb"
 
 
 class _JsonLongText(PayloadProcessing, mysql.LONGTEXT):

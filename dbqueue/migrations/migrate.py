@@ -29,6 +29,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from dbqueue import dialects
 from dbqueue.config import Settings, parse_url
+from dbqueue.dialects import alembic_ddl  # noqa: F401  (Alembic's rules for every database)
 from dbqueue.errors import ConfigurationError, SchemaMissingError
 from dbqueue.schema.tables import TableNames, tables_for
 

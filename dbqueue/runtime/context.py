@@ -29,7 +29,6 @@ from dbqueue.engine import QueueEngine
 from dbqueue.engine.cancels import RequestStore, request_store
 from dbqueue.engine.instruments import Instruments
 from dbqueue.errors import ConfigurationError, DatabaseUnavailableError
-from dbqueue.migrations.migrate import check_schema
 from dbqueue.pubsub.subscriptions import SubscriptionStore
 from dbqueue.pubsub.webhooks import DEFAULT_WEBHOOK_TIMEOUT, WebhookHandler, WebhookSender
 from dbqueue.runtime.tenants import TenantDatabases, TenantSource
@@ -258,6 +257,8 @@ class RuntimeContext:
     def check_database(self, engine: Engine) -> dialects.Dialect:
         """Start-up checks: the server answers, suits dbqueue, and has the tables at the
         current migration. One line naming the fix when not."""
+        from dbqueue.migrations.migrate import check_schema  # Alembic: loaded when first used
+
         try:
             with engine.connect() as conn:
                 dialect = dialects.for_sqlalchemy(conn.dialect)
