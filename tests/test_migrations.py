@@ -470,7 +470,7 @@ def test_dbqueue_migrate_from_an_installed_wheel(tmp_path):
         if not build_dir_existed:  # setuptools' scratch folder; leave the checkout as found
             shutil.rmtree(ROOT / "build", ignore_errors=True)
     assert built.returncode == 0, describe(built)
-    (wheel,) = dist.glob("dbqueue-*.whl")
+    (wheel,) = dist.glob("dbqueue_sql-*.whl")
 
     venv = tmp_path / "venv"
     made = run([sys.executable, "-m", "venv", venv], cwd=tmp_path)

@@ -113,7 +113,11 @@ def test_the_installed_distribution_has_its_name_command_and_types(built) -> Non
         env=clean_environ(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert version.stdout.strip() == pyproject()["project"]["version"], version.stderr
-    assert (bin_dir / "dbqueue").exists()
+    command = subprocess.run(
+        [str(bin_dir / "dbqueue"), "--version"],
+        env=clean_environ(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert command.stdout.strip() == f"dbqueue, version {version.stdout.strip()}", command.stderr
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"dbqueue/py.typed", "dbqueue/job.py"} <= names
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)

@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 import click
 
+from dbqueue.base.distribution import DISTRIBUTION
+
 
 class LazyCommand(NamedTuple):
     """Where a command is defined, and the summary ``dbqueue --help`` lists it with: the first
@@ -141,7 +143,7 @@ class LazyGroup(click.Group):
     lazy_commands=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@click.version_option(package_name="dbqueue")
+@click.version_option(package_name=DISTRIBUTION)
 def cli() -> None:
     """dbqueue: durable job queues in your own database."""
 
