@@ -44,12 +44,16 @@ def not_registered(registry: TaskRegistry, task: str) -> str | None:
 
 
 def warn_unregistered(registry: TaskRegistry, task: str) -> None:
-    """Warn (UnknownTaskWarning), once per name, of an enqueue of a task not registered here."""
+    """Warn (UnknownTaskWarning), once per name, of an enqueue of a task not registered here.
+    A name already warned about costs a set lookup: the suggestions are worked out once."""
+    with _LOCK:
+        warned = _WARNED.setdefault(registry, set())
+        if task in warned:
+            return
     problem = not_registered(registry, task)
     if problem is None:
         return
     with _LOCK:
-        warned = _WARNED.setdefault(registry, set())
         if task in warned:
             return
         warned.add(task)
